@@ -1,0 +1,48 @@
+"""The ``memopt`` command.
+
+Each sub-command lives next to the code it drives and registers itself here through a
+``register(subparsers)`` function that sets ``func`` on its parser. Errors that come from
+bad input (:class:`memopt.errors.MemoptError`, unreadable files) are printed as a single
+line on stderr and the command exits with status 2; no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from memopt.errors import MemoptError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="memopt",
+        description="Exact memory scheduling, lower bounds and rematerialization studies.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    from memopt import schedule_cli, dtr
+
+    schedule_cli.register(sub)
+    dtr.cli.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except MemoptError as exc:
+        print(f"memopt: error: {exc}", file=sys.stderr)
+        return 2
+    except (OSError, UnicodeDecodeError) as exc:
+        print(f"memopt: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("memopt: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

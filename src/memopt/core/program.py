@@ -1,0 +1,186 @@
+"""Statement programs (DESIGN 1.2): what a compiler actually emits.
+
+A straight-line program of statements, each with effects on named buffers:
+``alloc(b, bytes)``, ``free(b)`` and ``use(reads, writes)``, plus *transient* bytes the
+statement holds only while it runs (a library kernel's scratch memory, measured by
+profiling). Two statements keep their relative order iff they touch a common buffer and at
+least one of them allocates, frees or writes it (read/read pairs commute). The memory of a
+program is the running sum of allocs minus frees plus the running statement's transient.
+
+Buffers that the program uses without allocating are *external* (caller-owned): declare
+them in ``inputs`` with their size if the program frees them, otherwise they are not
+counted. Example:
+
+>>> p = Program([Statement("a", allocs=(("x", 8),), writes=("x",)),
+...              Statement("b", reads=("x",), allocs=(("y", 4),), writes=("y",)),
+...              Statement("c", frees=("x",))])
+>>> p.peak()
+12
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+
+from memopt.core.signed_dag import SignedDAG, dag_peak
+from memopt.errors import GraphError, ScheduleError
+
+
+@dataclass(frozen=True)
+class Statement:
+    name: str
+    allocs: tuple[tuple[str, int], ...] = ()
+    frees: tuple[str, ...] = ()
+    reads: tuple[str, ...] = ()
+    writes: tuple[str, ...] = ()
+    transient: int = 0
+    payload: object = field(default=None, compare=False)  # the original code line / node, for adapters
+
+    def buffers(self) -> set[str]:
+        return {b for b, _ in self.allocs} | set(self.frees) | set(self.reads) | set(self.writes)
+
+
+@dataclass(frozen=True, eq=False)
+class Program:
+    """A validated statement program in its original order."""
+
+    statements: tuple[Statement, ...]
+    inputs: Mapping[str, int] = field(default_factory=dict)  # external buffers live at start, by size
+    name: str = ""
+
+    def __init__(self, statements: Iterable[Statement], inputs: Mapping[str, int] | None = None, name: str = ""):
+        object.__setattr__(self, "statements", tuple(statements))
+        object.__setattr__(self, "inputs", dict(inputs or {}))
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "_dag", None)
+        self._validate()
+
+    def _validate(self) -> None:
+        names: set[str] = set()
+        for b, size in self.inputs.items():
+            if int(size) != size or size < 0:
+                raise GraphError(f"input buffer {b!r} has an invalid size: {size!r}")
+        live: dict[str, int] = dict(self.inputs)
+        ever: set[str] = set(self.inputs)
+        for s in self.statements:
+            if s.name in names:
+                raise GraphError(f"statement {s.name!r} is declared twice")
+            names.add(s.name)
+            if int(s.transient) != s.transient:
+                raise GraphError(f"statement {s.name!r} has a non-integer transient byte count: {s.transient!r}")
+            if s.transient < 0:
+                raise GraphError(f"statement {s.name!r} has negative transient bytes: {s.transient!r}")
+            for b in list(s.reads) + list(s.writes):
+                if b not in live and b in ever:
+                    raise GraphError(f"statement {s.name!r} uses buffer {b!r} after it was freed")
+            for b, size in s.allocs:
+                if int(size) != size:
+                    raise GraphError(f"statement {s.name!r} allocates buffer {b!r} with a non-integer size {size!r}")
+                if size < 0:
+                    raise GraphError(f"statement {s.name!r} allocates buffer {b!r} with a negative size {size!r}")
+                if b in live:
+                    raise GraphError(f"statement {s.name!r} allocates buffer {b!r}, which is already live")
+                live[b] = int(size)
+                ever.add(b)
+            for b in s.frees:
+                if b not in live:
+                    raise GraphError(f"statement {s.name!r} frees buffer {b!r}, which is not live")
+                del live[b]
+
+    # ------------------------------------------------------------------ dependencies
+    def dependency_edges(self) -> np.ndarray:
+        """Order constraints between statements, as an ``(m, 2)`` array of statement ids.
+
+        Per buffer, a reader follows the last exclusive access (alloc/free/write), and an
+        exclusive access follows the previous exclusive access and every reader since; the
+        transitive closure is exactly the "common buffer, one side not a read" relation.
+        """
+        last_excl: dict[str, int] = {}
+        readers: dict[str, list[int]] = {}
+        edges: list[tuple[int, int]] = []
+        for i, s in enumerate(self.statements):
+            excl = {b for b, _ in s.allocs} | set(s.frees) | set(s.writes)
+            for b in set(s.reads) - excl:
+                if b in last_excl:
+                    edges.append((last_excl[b], i))
+                readers.setdefault(b, []).append(i)
+            for b in excl:
+                if b in last_excl:
+                    edges.append((last_excl[b], i))
+                for r in readers.pop(b, ()):
+                    if r != i:
+                        edges.append((r, i))
+                last_excl[b] = i
+        return np.asarray(edges, dtype=np.int64).reshape(-1, 2)
+
+    def to_dag(self) -> SignedDAG:
+        """The program's signed DAG: one node per statement, delta = allocs - frees."""
+        if self._dag is None:
+            sizes = dict(self.inputs)
+            for s in self.statements:
+                for b, size in s.allocs:
+                    sizes[b] = int(size)
+            delta = [sum(int(z) for _, z in s.allocs) - sum(sizes[b] for b in s.frees) for s in self.statements]
+            dag = SignedDAG.build([s.name for s in self.statements], delta, self.dependency_edges(),
+                                  transient=[int(s.transient) for s in self.statements],
+                                  base=sum(int(v) for v in self.inputs.values()), name=self.name)
+            object.__setattr__(self, "_dag", dag)
+        return self._dag
+
+    def peak(self, order: Sequence[int] | None = None) -> int:
+        """Modelled peak of the program, in its own order or in ``order`` (statement ids)."""
+        if order is None:
+            order = np.arange(len(self.statements))
+        return dag_peak(self.to_dag(), order)
+
+    def reorder(self, order: Sequence) -> "Program":
+        """The same statements in ``order`` (ids or names), which must keep every dependency."""
+        order = list(order)
+        if order and isinstance(order[0], str):
+            index = {s.name: i for i, s in enumerate(self.statements)}
+            try:
+                order = [index[n] for n in order]
+            except KeyError as exc:
+                raise ScheduleError(f"order names unknown statement {exc.args[0]!r}") from None
+        from memopt.core.signed_dag import validate_node_order
+
+        validate_node_order(self.to_dag(), order)
+        return Program([self.statements[i] for i in order], self.inputs, self.name)
+
+
+def program_from_graph(graph, order: Sequence[int] | None = None) -> Program:
+    """Lower a tensor graph to a statement program (one kernel statement per op, one free per dying tensor).
+
+    Each op statement allocates its outputs and workspace-as-transient, reads its inputs and
+    writes its outputs; a ``free`` statement follows the last consumer of every tensor that
+    dies. In the given op order (default: the graph's topological order), its peak equals
+    :func:`memopt.core.evaluate.peak` of that order.
+    """
+    from memopt.core.evaluate import validate_order
+    from memopt.core.signed_dag import dag_order_from_op_order, graph_to_dag
+
+    if order is None:
+        order = graph.topological_order()
+    validate_order(graph, order)
+    gd = graph_to_dag(graph)
+    full = dag_order_from_op_order(gd, np.asarray(order, dtype=np.int64))
+    inputs = {graph.tensor_names[t]: int(graph.tensor_size[t])
+              for t in np.flatnonzero(graph.tensor_producer < 0)}
+    stmts = []
+    for v in full.tolist():
+        if v < gd.num_ops:
+            outs = graph.outputs_of(v)
+            stmts.append(Statement(
+                graph.op_names[v],
+                allocs=tuple((graph.tensor_names[t], int(graph.tensor_size[t])) for t in outs),
+                reads=tuple(graph.tensor_names[t] for t in graph.inputs_of(v)),
+                writes=tuple(graph.tensor_names[t] for t in outs),
+                transient=int(graph.op_workspace[v]),
+            ))
+        else:
+            t = int(gd.release_tensor[v - gd.num_ops])
+            stmts.append(Statement(f"free({graph.tensor_names[t]})", frees=(graph.tensor_names[t],)))
+    return Program(stmts, inputs=inputs, name=graph.name)

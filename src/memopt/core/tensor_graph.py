@@ -1,0 +1,403 @@
+"""The tensor graph (DESIGN 1.1): ops that produce and consume sized tensors.
+
+A :class:`TensorGraph` is immutable and indexed: ops and tensors have dense integer ids,
+and every relation is stored as a CSR pair of numpy arrays, so that evaluating an order
+of a million ops is a handful of vectorized passes. Names are kept for messages and I/O.
+
+Model
+-----
+* tensor ``t``: size ``s(t) >= 0`` bytes, at most one producing op, any consumers, flags
+  *output* (live at the end) and *resident* (live for the whole run: a constant offset).
+* op ``v``: input tensors, output tensors, workspace ``w(v) >= 0`` (held only while ``v``
+  runs) and compute cost ``c(v) >= 0``.
+
+Example
+-------
+>>> g = TensorGraph.build(
+...     tensors=[Tensor("x", 4), Tensor("y", 8), Tensor("z", 2, output=True)],
+...     ops=[Op("f", ("x",), ("y",)), Op("g", ("y",), ("z",), workspace=1)])
+>>> g.num_ops, g.num_tensors
+(2, 3)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from memopt.errors import GraphError
+
+# Sums of sizes are kept in int64; refuse graphs whose total could overflow it.
+MAX_TOTAL_BYTES = 2**62
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """A tensor: ``size`` bytes; ``output`` keeps it live at the end; ``resident`` for the whole run."""
+
+    name: str
+    size: int
+    output: bool = False
+    resident: bool = False
+
+
+@dataclass(frozen=True)
+class Op:
+    """An op: reads ``inputs``, allocates ``outputs``, holds ``workspace`` bytes while it runs."""
+
+    name: str
+    inputs: tuple[str, ...] = ()
+    outputs: tuple[str, ...] = ()
+    workspace: int = 0
+    cost: float = 0
+
+
+def _csr(rows: np.ndarray, cols: np.ndarray, nrows: int) -> tuple[np.ndarray, np.ndarray]:
+    """CSR (ptr, idx) of the pairs (rows[i], cols[i]), stable in input order within a row."""
+    rows = np.asarray(rows, dtype=np.int64)
+    cols = np.asarray(cols, dtype=np.int64)
+    order = np.argsort(rows, kind="stable")
+    counts = np.bincount(rows, minlength=nrows) if rows.size else np.zeros(nrows, np.int64)
+    ptr = np.zeros(nrows + 1, dtype=np.int64)
+    np.cumsum(counts, out=ptr[1:])
+    return ptr, cols[order]
+
+
+def _check_int_array(values, what: str, names: Sequence[str] | None) -> np.ndarray:
+    arr = np.asarray(values)
+    if arr.dtype.kind == "f":
+        if not np.all(np.isfinite(arr)) or np.any(arr != np.floor(arr)):
+            bad = int(np.flatnonzero(~np.isfinite(arr) | (arr != np.floor(arr)))[0])
+            label = names[bad] if names is not None else str(bad)
+            raise GraphError(f"{what} of {label!r} is not an integer number of bytes: {arr[bad]!r}")
+    elif arr.dtype.kind not in "iub" and arr.size:
+        raise GraphError(f"{what} must be integers")
+    arr = arr.astype(np.int64)
+    neg = np.flatnonzero(arr < 0)
+    if neg.size:
+        label = names[int(neg[0])] if names is not None else str(int(neg[0]))
+        raise GraphError(f"{what} of {label!r} is negative: {int(arr[neg[0]])}")
+    return arr
+
+
+@dataclass(frozen=True, eq=False)
+class TensorGraph:
+    """Validated, indexed tensor graph. Build with :meth:`build` or :meth:`from_arrays`."""
+
+    op_names: tuple[str, ...]
+    tensor_names: tuple[str, ...]
+    tensor_size: np.ndarray          # int64 [T]
+    tensor_producer: np.ndarray      # int64 [T], -1 for graph inputs
+    tensor_output: np.ndarray        # bool [T]
+    tensor_resident: np.ndarray      # bool [T]
+    op_workspace: np.ndarray         # int64 [N]
+    op_cost: np.ndarray              # float64 [N]
+    op_in_ptr: np.ndarray            # CSR op -> input tensors
+    op_in_idx: np.ndarray
+    op_out_ptr: np.ndarray           # CSR op -> output tensors
+    op_out_idx: np.ndarray
+    cons_ptr: np.ndarray             # CSR tensor -> consuming ops
+    cons_idx: np.ndarray
+    name: str = ""
+    _cache: dict = field(default_factory=dict, repr=False, compare=False)
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def build(cls, tensors: Iterable[Tensor], ops: Iterable[Op], name: str = "") -> "TensorGraph":
+        """Build from :class:`Tensor` and :class:`Op` records, validating every reference."""
+        tensors = list(tensors)
+        ops = list(ops)
+        t_index: dict[str, int] = {}
+        for i, t in enumerate(tensors):
+            if t.name in t_index:
+                raise GraphError(f"tensor {t.name!r} is declared twice")
+            t_index[t.name] = i
+        o_index: dict[str, int] = {}
+        for i, o in enumerate(ops):
+            if o.name in o_index:
+                raise GraphError(f"op {o.name!r} is declared twice")
+            o_index[o.name] = i
+        producer = np.full(len(tensors), -1, dtype=np.int64)
+        in_rows, in_cols, out_rows, out_cols = [], [], [], []
+        for i, o in enumerate(ops):
+            seen_in: set[str] = set()
+            for tn in o.inputs:
+                if tn not in t_index:
+                    raise GraphError(f"op {o.name!r} reads unknown tensor {tn!r}")
+                if tn in seen_in:
+                    continue  # reading a tensor twice is one dependency
+                seen_in.add(tn)
+                in_rows.append(i)
+                in_cols.append(t_index[tn])
+            for tn in o.outputs:
+                if tn not in t_index:
+                    raise GraphError(f"op {o.name!r} writes unknown tensor {tn!r}")
+                j = t_index[tn]
+                if producer[j] >= 0:
+                    other = ops[int(producer[j])].name
+                    if other == o.name:
+                        raise GraphError(f"op {o.name!r} lists output tensor {tn!r} twice")
+                    raise GraphError(f"tensor {tn!r} has two producers: {other!r} and {o.name!r}")
+                if tn in seen_in:
+                    raise GraphError(f"cycle: op {o.name!r} reads its own output {tn!r}")
+                producer[j] = i
+                out_rows.append(i)
+                out_cols.append(j)
+        return cls.from_arrays(
+            tensor_size=[t.size for t in tensors],
+            tensor_producer=producer,
+            op_inputs=(np.array(in_rows, np.int64), np.array(in_cols, np.int64)),
+            tensor_output=[t.output for t in tensors],
+            tensor_resident=[t.resident for t in tensors],
+            op_workspace=[o.workspace for o in ops],
+            op_cost=[o.cost for o in ops],
+            op_names=[o.name for o in ops],
+            tensor_names=[t.name for t in tensors],
+            name=name,
+        )
+
+    @classmethod
+    def from_arrays(
+        cls,
+        *,
+        tensor_size,
+        tensor_producer,
+        op_inputs: tuple,
+        num_ops: int | None = None,
+        tensor_output=None,
+        tensor_resident=None,
+        op_workspace=None,
+        op_cost=None,
+        op_names: Sequence[str] | None = None,
+        tensor_names: Sequence[str] | None = None,
+        name: str = "",
+        check_acyclic: bool = True,
+    ) -> "TensorGraph":
+        """Build from flat arrays (the fast path for large graphs).
+
+        ``op_inputs`` is a pair ``(op_ids, tensor_ids)`` listing every (consumer, tensor)
+        dependency; ``tensor_producer[t]`` is the producing op or -1 for a graph input.
+        """
+        if op_names is not None:
+            num_ops = len(op_names)
+        if num_ops is None:
+            raise GraphError("from_arrays needs num_ops or op_names")
+        tnames = list(tensor_names) if tensor_names is not None else None
+        onames = list(op_names) if op_names is not None else None
+        size = _check_int_array(tensor_size, "size", tnames)
+        T = size.shape[0]
+        producer = np.asarray(tensor_producer, dtype=np.int64)
+        if producer.shape != (T,):
+            raise GraphError("tensor_producer must have one entry per tensor")
+        bad = np.flatnonzero((producer < -1) | (producer >= num_ops))
+        if bad.size:
+            t = int(bad[0])
+            raise GraphError(f"tensor {(tnames[t] if tnames else t)!r} names unknown producer op {int(producer[t])}")
+        in_ops = np.asarray(op_inputs[0], dtype=np.int64)
+        in_ts = np.asarray(op_inputs[1], dtype=np.int64)
+        if in_ops.shape != in_ts.shape:
+            raise GraphError("op_inputs must be two arrays of equal length")
+        if in_ops.size and (in_ops.min() < 0 or in_ops.max() >= num_ops):
+            raise GraphError("op_inputs names an op id out of range")
+        if in_ts.size and (in_ts.min() < 0 or in_ts.max() >= T):
+            raise GraphError("op_inputs names a tensor id out of range")
+        out = np.zeros(T, bool) if tensor_output is None else np.asarray(tensor_output, dtype=bool)
+        res = np.zeros(T, bool) if tensor_resident is None else np.asarray(tensor_resident, dtype=bool)
+        ws = np.zeros(num_ops, np.int64) if op_workspace is None else _check_int_array(op_workspace, "workspace", onames)
+        cost = np.zeros(num_ops, np.float64) if op_cost is None else np.asarray(op_cost, dtype=np.float64)
+        if cost.size and (not np.all(np.isfinite(cost)) or np.any(cost < 0)):
+            k = int(np.flatnonzero(~np.isfinite(cost) | (cost < 0))[0])
+            raise GraphError(f"compute cost of op {(onames[k] if onames else k)!r} is negative or not finite: {cost[k]!r}")
+        if int(size.sum()) + int(ws.max(initial=0)) >= MAX_TOTAL_BYTES:
+            raise GraphError("total tensor bytes exceed 2**62; memopt's exact int64 arithmetic cannot hold them")
+        bad = np.flatnonzero(res & (producer >= 0))
+        if bad.size:
+            t = int(bad[0])
+            raise GraphError(f"tensor {(tnames[t] if tnames else t)!r} is resident but has a producer; "
+                             "resident tensors are graph inputs (weights, caller-owned buffers)")
+        # a tensor read by its own producer is a self-loop
+        self_loop = np.flatnonzero(producer[in_ts] == in_ops)
+        if self_loop.size:
+            k = int(self_loop[0])
+            o, t = int(in_ops[k]), int(in_ts[k])
+            raise GraphError(
+                f"cycle: op {(onames[o] if onames else o)!r} reads its own output {(tnames[t] if tnames else t)!r}")
+        produced = np.flatnonzero(producer >= 0)
+        op_out_ptr, op_out_idx = _csr(producer[produced], produced, num_ops)
+        op_in_ptr, op_in_idx = _csr(in_ops, in_ts, num_ops)
+        cons_ptr, cons_idx = _csr(in_ts, in_ops, T)
+        g = cls(
+            op_names=tuple(onames) if onames is not None else _LazyNames("op", num_ops),
+            tensor_names=tuple(tnames) if tnames is not None else _LazyNames("t", T),
+            tensor_size=size, tensor_producer=producer, tensor_output=out, tensor_resident=res,
+            op_workspace=ws, op_cost=cost, op_in_ptr=op_in_ptr, op_in_idx=op_in_idx,
+            op_out_ptr=op_out_ptr, op_out_idx=op_out_idx, cons_ptr=cons_ptr, cons_idx=cons_idx,
+            name=name,
+        )
+        for arr in (size, producer, out, res, ws, cost, op_in_ptr, op_in_idx, op_out_ptr, op_out_idx, cons_ptr, cons_idx):
+            arr.setflags(write=False)
+        if check_acyclic:
+            g.topological_order()  # raises GraphError naming a cycle
+        return g
+
+    # ------------------------------------------------------------------ sizes and lookups
+    @property
+    def num_ops(self) -> int:
+        return len(self.op_workspace)
+
+    @property
+    def num_tensors(self) -> int:
+        return len(self.tensor_size)
+
+    @property
+    def op_index(self) -> dict[str, int]:
+        if "op_index" not in self._cache:
+            self._cache["op_index"] = {n: i for i, n in enumerate(self.op_names)}
+        return self._cache["op_index"]
+
+    @property
+    def tensor_index(self) -> dict[str, int]:
+        if "tensor_index" not in self._cache:
+            self._cache["tensor_index"] = {n: i for i, n in enumerate(self.tensor_names)}
+        return self._cache["tensor_index"]
+
+    def inputs_of(self, v: int) -> np.ndarray:
+        return self.op_in_idx[self.op_in_ptr[v]:self.op_in_ptr[v + 1]]
+
+    def outputs_of(self, v: int) -> np.ndarray:
+        return self.op_out_idx[self.op_out_ptr[v]:self.op_out_ptr[v + 1]]
+
+    def consumers_of(self, t: int) -> np.ndarray:
+        return self.cons_idx[self.cons_ptr[t]:self.cons_ptr[t + 1]]
+
+    @property
+    def is_input(self) -> np.ndarray:
+        return self.tensor_producer < 0
+
+    @property
+    def resident_bytes(self) -> int:
+        """Bytes held for the whole run (resident tensors): a constant offset of every schedule."""
+        return int(self.tensor_size[self.tensor_resident].sum())
+
+    @property
+    def op_output_bytes(self) -> np.ndarray:
+        """Non-resident bytes each op allocates for its outputs."""
+        if "op_output_bytes" not in self._cache:
+            sizes = np.where(self.tensor_resident, 0, self.tensor_size)
+            prod = self.tensor_producer
+            m = prod >= 0
+            self._cache["op_output_bytes"] = _int_bincount(prod[m], sizes[m], self.num_ops)
+        return self._cache["op_output_bytes"]
+
+    # ------------------------------------------------------------------ op-level DAG
+    def op_edges(self) -> tuple[np.ndarray, np.ndarray]:
+        """Deduplicated op -> op data-dependency edges (producer, consumer)."""
+        if "op_edges" not in self._cache:
+            cons_t = np.repeat(np.arange(self.num_tensors, dtype=np.int64), np.diff(self.cons_ptr))
+            src = self.tensor_producer[cons_t]
+            dst = self.cons_idx
+            m = src >= 0
+            src, dst = src[m], dst[m]
+            if src.size:
+                key = np.unique(src * self.num_ops + dst)
+                src, dst = key // self.num_ops, key % self.num_ops
+            self._cache["op_edges"] = (src, dst)
+        return self._cache["op_edges"]
+
+    def op_successors(self) -> tuple[np.ndarray, np.ndarray]:
+        """CSR (ptr, idx) of op successors."""
+        if "op_succ" not in self._cache:
+            s, d = self.op_edges()
+            self._cache["op_succ"] = _csr(s, d, self.num_ops)
+        return self._cache["op_succ"]
+
+    def op_predecessors(self) -> tuple[np.ndarray, np.ndarray]:
+        """CSR (ptr, idx) of op predecessors."""
+        if "op_pred" not in self._cache:
+            s, d = self.op_edges()
+            self._cache["op_pred"] = _csr(d, s, self.num_ops)
+        return self._cache["op_pred"]
+
+    def topological_order(self) -> np.ndarray:
+        """Kahn's order (smallest index first among ready ops); raises GraphError on a cycle."""
+        if "topo" not in self._cache:
+            from memopt.core._kernels import kahn_order
+
+            ptr, idx = self.op_successors()
+            s, d = self.op_edges()
+            indeg = np.bincount(d, minlength=self.num_ops).astype(np.int64)
+            order = kahn_order(ptr, idx, indeg)
+            if order.shape[0] < self.num_ops:
+                pptr, pidx = self.op_predecessors()
+                cycle = _find_cycle(pptr, pidx, order, self.num_ops)
+                raise GraphError("cycle among ops: " + " <- ".join(repr(self.op_names[i]) for i in cycle))
+            order.setflags(write=False)
+            self._cache["topo"] = order
+        return self._cache["topo"]
+
+    def to_networkx(self):
+        """Op-level ``networkx.DiGraph`` (nodes are op names) for inspection and interop."""
+        import networkx as nx
+
+        G = nx.DiGraph(name=self.name)
+        for i, n in enumerate(self.op_names):
+            G.add_node(n, workspace=int(self.op_workspace[i]), cost=float(self.op_cost[i]),
+                       output_bytes=int(self.op_output_bytes[i]))
+        s, d = self.op_edges()
+        G.add_edges_from((self.op_names[a], self.op_names[b]) for a, b in zip(s.tolist(), d.tolist()))
+        return G
+
+    def __repr__(self) -> str:
+        return f"TensorGraph({self.name!r}, ops={self.num_ops}, tensors={self.num_tensors})"
+
+
+def _int_bincount(idx: np.ndarray, weights: np.ndarray, n: int) -> np.ndarray:
+    """Exact integer bincount (numpy's weighted bincount goes through float64)."""
+    out = np.zeros(n, dtype=np.int64)
+    np.add.at(out, idx, weights.astype(np.int64))
+    return out
+
+
+def _find_cycle(pred_ptr: np.ndarray, pred_idx: np.ndarray, partial_order: np.ndarray, n: int) -> list[int]:
+    """Ops of one cycle (listed against the edges), among the ops Kahn's algorithm left.
+
+    Every op Kahn's algorithm could not order has a predecessor it could not order either,
+    so walking predecessors inside that remainder must close a cycle.
+    """
+    left = np.ones(n, bool)
+    left[partial_order] = False
+    v = int(np.flatnonzero(left)[0])
+    seen: dict[int, int] = {}
+    path: list[int] = []
+    while v not in seen:
+        seen[v] = len(path)
+        path.append(v)
+        v = next(int(u) for u in pred_idx[pred_ptr[v]:pred_ptr[v + 1]] if left[u])
+    return path[seen[v]:] + [v]
+
+
+class _LazyNames(tuple):
+    """Synthetic names ``prefix0, prefix1, ...`` for graphs built from bare arrays."""
+
+    def __new__(cls, prefix: str, n: int):
+        obj = super().__new__(cls)
+        obj._prefix = prefix
+        obj._n = n
+        return obj
+
+    def __len__(self):
+        return self._n
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return tuple(f"{self._prefix}{k}" for k in range(*i.indices(self._n)))
+        if i < 0:
+            i += self._n
+        if not 0 <= i < self._n:
+            raise IndexError(i)
+        return f"{self._prefix}{i}"
+
+    def __iter__(self):
+        return (f"{self._prefix}{k}" for k in range(self._n))

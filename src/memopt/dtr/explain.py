@@ -1,0 +1,379 @@
+"""Why does a DTR replay fail at one budget and pass at another? An allocation-level diagnosis.
+
+Model
+-----
+DTR (Kirisame et al., ICLR 2021) evicts, whenever an allocation does not fit, the
+evictable storage with the smallest heuristic score (h_DTR = staleness x memory /
+compute over the evicted neighbourhood, or a variant), and rematerializes evicted
+tensors recursively when an operator needs them. In simrd's ``RuntimeV2EagerOptimized``
+every storage on the rematerialization path is *locked* while its consumer runs, so a
+deep recomputation cascade pins memory; when the pool of evictable storages empties
+before an allocation fits, the run is ``OOM``. With an overhead limit the run instead
+stops as ``thrash`` once the recomputation exceeds ``baseline_compute * (limit - 1)``.
+
+Given a failing ratio R1 and a passing ratio R2 of the same trace and heuristic, this
+module replays both with the eviction/remat log enabled and reports
+
+* the first eviction decision where the two runs diverge (its index in the eviction
+  sequence, and what each run evicted, where): budgets differ, so the first divergence
+  is often only one of *timing*; the first divergence in *choice* (a different tensor
+  at the same position) is reported too;
+* where the failing run runs out of memory: instruction, operator, bytes requested,
+  available and short, and the cascade of tensors being rematerialized at that moment
+  (the tensors whose recomputation could not fit), with the locked and pinned storages;
+* a counterfactual: the failing budget replayed with the implicated tensors kept
+  resident (never evicted). If the failure disappears, those evictions caused it.
+
+With a ``thrash`` failure there is no allocation failure; the implicated tensors are the
+ones the failing run rematerialized most often.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections import Counter
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from memopt.errors import MemoptError
+from memopt.dtr.sweep import (
+    cached_trace,
+    check_heuristic,
+    check_trace_path,
+    heuristic_name,
+    ratio_budget,
+)
+
+#: With several implicated tensors, each is also tried alone when there are at most this
+#: many (a replay each), to tell which one matters.
+MAX_SINGLE_COUNTERFACTUALS = 6
+
+#: For a thrash failure, how many of the most-rematerialized tensors are implicated.
+THRASH_IMPLICATED = 3
+
+
+def _as_dict(obj: Any) -> dict:
+    if obj is None:
+        return {}
+    if isinstance(obj, dict):
+        return dict(obj)
+    if hasattr(obj, "to_dict"):
+        return obj.to_dict()
+    if dataclasses.is_dataclass(obj):
+        return dataclasses.asdict(obj)
+    return {k: v for k, v in vars(obj).items() if not k.startswith("_")}
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, (frozenset, set)):
+        return sorted(_jsonable(v) for v in value)
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, Decimal):
+        return float(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _jsonable(dataclasses.asdict(value))
+    return value
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """The outcome of one of the two replays."""
+
+    ratio: float
+    budget: int
+    status: str
+    clock: int
+    remat_compute: int
+    max_memory: int
+    evictions: int
+    remats: int
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """The first position at which the two eviction sequences differ.
+
+    ``kind`` is ``"choice"`` (different tensors evicted), ``"timing"`` (the same tensor,
+    evicted at a different instruction) or ``"length"`` (one run has no further
+    evictions). ``fail`` and ``pass_`` are the two evictions at that position (``None``
+    for a run that has none).
+    """
+
+    index: int
+    kind: str
+    fail: dict | None
+    pass_: dict | None
+
+    def to_dict(self) -> dict:
+        return {"index": self.index, "kind": self.kind, "fail": self.fail, "pass": self.pass_}
+
+
+@dataclass(frozen=True)
+class Counterfactual:
+    """The failing budget replayed with ``keep_resident`` never evicted."""
+
+    keep_resident: tuple[str, ...]
+    status: str
+    clock: int
+    remat_compute: int
+    max_memory: int
+
+    @property
+    def resolved(self) -> bool:
+        return self.status == "pass"
+
+    def to_dict(self) -> dict:
+        out = dataclasses.asdict(self)
+        out["keep_resident"] = list(self.keep_resident)
+        out["resolved"] = self.resolved
+        return out
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """The diagnosis of a failing/passing budget pair; see the module docstring."""
+
+    trace: str
+    heuristic: str
+    overhead_limit: float | None
+    fail: RunSummary
+    pass_: RunSummary
+    divergence: Divergence | None
+    choice_divergence: Divergence | None
+    oom: dict | None
+    implicated: tuple[str, ...]
+    implicated_reason: str
+    counterfactual: Counterfactual | None
+    single_counterfactuals: tuple[Counterfactual, ...]
+
+    def to_dict(self) -> dict:
+        return {
+            "trace": self.trace,
+            "heuristic": self.heuristic,
+            "overhead_limit": self.overhead_limit,
+            "fail": self.fail.to_dict(),
+            "pass": self.pass_.to_dict(),
+            "divergence": self.divergence.to_dict() if self.divergence else None,
+            "choice_divergence": self.choice_divergence.to_dict() if self.choice_divergence else None,
+            "oom": _jsonable(self.oom),
+            "implicated": list(self.implicated),
+            "implicated_reason": self.implicated_reason,
+            "counterfactual": self.counterfactual.to_dict() if self.counterfactual else None,
+            "single_counterfactuals": [c.to_dict() for c in self.single_counterfactuals],
+        }
+
+    def to_text(self) -> str:
+        return format_explanation(self)
+
+
+def _eviction_key(ev: dict) -> tuple:
+    return (ev.get("instruction"), ev.get("tensor"))
+
+
+def first_divergence(fail_evs: list[dict], pass_evs: list[dict], *, choice_only: bool = False) -> Divergence | None:
+    """First index where the eviction sequences differ (in instruction or tensor; in
+    tensor only with ``choice_only``), or ``None`` if they are identical."""
+    for index in range(max(len(fail_evs), len(pass_evs))):
+        a = fail_evs[index] if index < len(fail_evs) else None
+        b = pass_evs[index] if index < len(pass_evs) else None
+        if a is None or b is None:
+            return Divergence(index, "length", a, b)
+        if a.get("tensor") != b.get("tensor"):
+            return Divergence(index, "choice", a, b)
+        if not choice_only and _eviction_key(a) != _eviction_key(b):
+            return Divergence(index, "timing", a, b)
+    return None
+
+
+def _summary(ratio: float, result: Any) -> RunSummary:
+    log = result.log
+    return RunSummary(
+        ratio=ratio,
+        budget=result.budget,
+        status=result.status,
+        clock=result.clock,
+        remat_compute=result.remat_compute,
+        max_memory=result.max_memory,
+        evictions=len(log.evictions) if log is not None else 0,
+        remats=len(log.remats) if log is not None else 0,
+    )
+
+
+def _cascade_names(oom: dict) -> list[str]:
+    """Tensor names on the rematerialization cascade of an OOM record, innermost last."""
+    for key in ("cascade", "cascade_stack", "stack", "pending"):
+        if key in oom and oom[key]:
+            names = []
+            for item in oom[key]:
+                if isinstance(item, str):
+                    names.append(item)
+                elif isinstance(item, dict):
+                    names.append(str(item.get("tensor", item.get("name"))))
+                else:
+                    names.append(str(getattr(item, "tensor", getattr(item, "name", item))))
+            return names
+    return []
+
+
+def _counterfactual(trace: Any, budget: int, heuristic: Any, overhead_limit, keep: tuple[str, ...]) -> Counterfactual:
+    from memopt.dtr import replay
+
+    result = replay(trace, budget, heuristic, overhead_limit=overhead_limit, keep_resident=frozenset(keep))
+    return Counterfactual(keep, result.status, result.clock, result.remat_compute, result.max_memory)
+
+
+def explain(
+    trace_path: str | os.PathLike,
+    fail_ratio: float | str | Decimal,
+    pass_ratio: float | str | Decimal,
+    heuristic: Any = "dtr",
+    *,
+    overhead_limit: float | None = None,
+    singles: bool = True,
+) -> Explanation:
+    """Diagnose why ``trace_path`` fails at ``fail_ratio`` but passes at ``pass_ratio``.
+
+    Raises :class:`MemoptError` if the first ratio does not fail or the second does not
+    pass. ``singles`` also replays the failing budget keeping each implicated tensor
+    alone resident (when there are at most :data:`MAX_SINGLE_COUNTERFACTUALS`).
+    """
+    from memopt.dtr import replay
+
+    path = check_trace_path(trace_path)
+    check_heuristic(heuristic)
+    trace, base = cached_trace(path)
+    f_ratio, p_ratio = Decimal(str(fail_ratio)), Decimal(str(pass_ratio))
+    for label, r in (("--fail", f_ratio), ("--pass", p_ratio)):
+        if not r.is_finite() or r <= 0:
+            raise MemoptError(f"{label} ratio must be > 0, got {r}")
+    f_budget = ratio_budget(f_ratio, base.peak)
+    p_budget = ratio_budget(p_ratio, base.peak)
+    failed = replay(trace, f_budget, heuristic, overhead_limit=overhead_limit, record=True)
+    passed = replay(trace, p_budget, heuristic, overhead_limit=overhead_limit, record=True)
+    if failed.status == "pass":
+        raise MemoptError(f"ratio {f_ratio} (budget {f_budget}) does not fail: status pass")
+    if passed.status != "pass":
+        raise MemoptError(f"ratio {p_ratio} (budget {p_budget}) does not pass: status {passed.status}")
+
+    fail_evs = [_as_dict(e) for e in failed.log.evictions]
+    pass_evs = [_as_dict(e) for e in passed.log.evictions]
+    divergence = first_divergence(fail_evs, pass_evs)
+    choice = first_divergence(fail_evs, pass_evs, choice_only=True)
+    if choice is not None and divergence is not None and choice.index == divergence.index:
+        choice = None  # same event; do not print it twice
+
+    oom = _as_dict(failed.log.oom) if failed.log.oom is not None else None
+    if oom:
+        implicated = tuple(dict.fromkeys(_cascade_names(oom)))
+        reason = "tensors being rematerialized when the allocation failed"
+        if not implicated:
+            # The failing allocation was a model operator with no recomputation under
+            # way: blame the evictions the passing run did not make.
+            passed_evicted = {e.get("tensor") for e in pass_evs}
+            only = [e.get("tensor") for e in fail_evs if e.get("tensor") not in passed_evicted]
+            implicated = tuple(dict.fromkeys(t for t in only if t is not None))
+            reason = "no recomputation under way; tensors only the failing run evicted"
+    else:
+        counts = Counter(_as_dict(r).get("tensor") for r in failed.log.remats)
+        implicated = tuple(t for t, _ in counts.most_common(THRASH_IMPLICATED) if t is not None)
+        reason = f"{failed.status}: the {len(implicated)} most often rematerialized tensors"
+
+    counterfactual = None
+    singles_out: list[Counterfactual] = []
+    if implicated:
+        counterfactual = _counterfactual(trace, f_budget, heuristic, overhead_limit, implicated)
+        if singles and 1 < len(implicated) <= MAX_SINGLE_COUNTERFACTUALS:
+            for name in implicated:
+                singles_out.append(_counterfactual(trace, f_budget, heuristic, overhead_limit, (name,)))
+
+    return Explanation(
+        trace=Path(path).name,
+        heuristic=heuristic_name(heuristic),
+        overhead_limit=overhead_limit,
+        fail=_summary(float(f_ratio), failed),
+        pass_=_summary(float(p_ratio), passed),
+        divergence=divergence,
+        choice_divergence=choice,
+        oom=oom,
+        implicated=implicated,
+        implicated_reason=reason,
+        counterfactual=counterfactual,
+        single_counterfactuals=tuple(singles_out),
+    )
+
+
+def _fmt_eviction(ev: dict | None) -> str:
+    if ev is None:
+        return "(no further eviction)"
+    parts = [f"{ev.get('tensor')}"]
+    if ev.get("size") is not None:
+        parts.append(f"{ev['size']} B")
+    where = f"instruction {ev.get('instruction')}"
+    if ev.get("op") is not None:
+        where += f" ({ev['op']})"
+    parts.append(where)
+    if ev.get("score") is not None:
+        parts.append(f"score {ev['score']:.6g}" if isinstance(ev["score"], float) else f"score {ev['score']}")
+    return ", ".join(parts)
+
+
+def format_explanation(ex: Explanation) -> str:
+    lines = [f"trace {ex.trace}, heuristic {ex.heuristic}"
+             + (f", overhead limit {ex.overhead_limit}" if ex.overhead_limit else "")]
+    for label, run in (("fail", ex.fail), ("pass", ex.pass_)):
+        lines.append(
+            f"  {label}: ratio {run.ratio} budget {run.budget}: {run.status}, clock {run.clock}, "
+            f"remat {run.remat_compute}, max memory {run.max_memory}, "
+            f"{run.evictions} evictions, {run.remats} remats"
+        )
+    lines.append("")
+    for title, div in (("first divergence", ex.divergence), ("first choice divergence", ex.choice_divergence)):
+        if div is None:
+            continue
+        lines.append(f"{title}: eviction #{div.index} ({div.kind})")
+        lines.append(f"  failing run evicted {_fmt_eviction(div.fail)}")
+        lines.append(f"  passing run evicted {_fmt_eviction(div.pass_)}")
+    if ex.divergence is None:
+        lines.append("eviction sequences are identical up to the failure")
+    lines.append("")
+    if ex.oom:
+        oom = ex.oom
+        known = ("instruction", "op", "requested", "available", "short", "cascade", "locked", "pinned")
+        lines.append(
+            f"out of memory at instruction {oom.get('instruction')} ({oom.get('op')}): "
+            f"requested {oom.get('requested')} B, available {oom.get('available')} B, "
+            f"short {oom.get('short')} B"
+        )
+        cascade = _cascade_names(oom)
+        lines.append(f"  recomputation cascade ({len(cascade)}): " + (" -> ".join(cascade) if cascade else "none"))
+        for key in ("locked", "pinned"):
+            items = oom.get(key)
+            if items is not None:
+                shown = ", ".join(map(str, list(items)[:12])) + (" ..." if len(items) > 12 else "")
+                lines.append(f"  {key} ({len(items)}): {shown}")
+        for key, value in oom.items():
+            if key not in known and key not in ("cascade_stack", "stack", "pending"):
+                lines.append(f"  {key}: {value}")
+    else:
+        lines.append(f"no allocation failure: status {ex.fail.status}")
+    lines.append("")
+    lines.append(f"implicated ({ex.implicated_reason}): " + (", ".join(ex.implicated) or "none"))
+    if ex.counterfactual is not None:
+        cf = ex.counterfactual
+        verdict = "the failure disappears" if cf.resolved else "the failure remains"
+        lines.append(
+            f"counterfactual: ratio {ex.fail.ratio} keeping {len(cf.keep_resident)} tensor(s) resident: "
+            f"{cf.status} ({verdict}); clock {cf.clock}, remat {cf.remat_compute}, max memory {cf.max_memory}"
+        )
+        for single in ex.single_counterfactuals:
+            lines.append(f"  keeping only {single.keep_resident[0]}: {single.status}")
+    return "\n".join(lines)

@@ -1,0 +1,574 @@
+"""Budget sweeps of a DTR trace replay, and detection of feasibility holes.
+
+Model
+-----
+Dynamic Tensor Rematerialization (DTR; Kirisame et al., "Dynamic Tensor
+Rematerialization", ICLR 2021) trains under a memory budget by evicting tensors
+greedily and recomputing them on demand. Its reference simulator, simrd
+(``uwsampl/dtr-prototype``, folder ``simrd/``), replays a logged training step under the
+budget ``int(ratio * baseline_peak)``, where ``baseline_peak`` is the peak memory of the
+same log replayed with an unbounded budget. A replay ends ``pass``, ``OOM`` (nothing
+evictable is left while an allocation does not fit) or ``thrash`` (the recomputation
+exceeded simrd's remat limit).
+
+Because DTR is greedy, feasibility is *not* monotone in the budget: a larger budget
+changes which tensors are evicted, and when, and can lead the run into a state whose
+recomputation cascade no longer fits. A sweep replays every ratio of a grid
+``START:STOP:STEP`` and reports the **feasibility holes**: each maximal run of failing
+budgets that has a passing budget below *and* above it, as
+``[first_failing_ratio, last_failing_ratio]``.
+
+Grid points are computed exactly in decimal arithmetic (``start + k * step`` with
+:class:`decimal.Decimal`), so a 0.001 grid has no float drift and ``STOP`` is included
+whenever it lies on the grid. A point's budget is then ``int(float(ratio) * peak)``, the
+expression simrd's drivers use, so that a sweep point and a single replay at the same
+ratio literal (``memopt dtr replay --ratio 0.431``) replay the very same budget.
+
+Execution
+---------
+Budgets are independent replays, submitted to a :class:`concurrent.futures.Executor`:
+a local :class:`~concurrent.futures.ProcessPoolExecutor` (``jobs`` workers) by default,
+in-process when ``jobs == 1``, or any executor the caller passes (``Dask``'s
+``Client.get_executor()``, a Ray executor, ...). A task carries only the trace *path*;
+each worker parses the trace once and keeps it (with its baseline) in a per-process
+cache, so a trace is never re-parsed per budget and never pickled per task. Remote
+executors therefore need the trace at the same path on the workers.
+
+``repeats = N`` submits every budget N times as separate tasks (which a pool spreads
+over worker processes, started with ``spawn`` and thus with independent hash seeds), and
+flags every budget whose outcomes are not identical: the simulator must be
+deterministic, as simrd is.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import math
+import multiprocessing
+import os
+import time
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from memopt._progress import Progress
+from memopt.errors import MemoptError
+
+#: Fields of a replay outcome that must be identical across repeats (wall time is not).
+OUTCOME_FIELDS = (
+    "status",
+    "budget",
+    "clock",
+    "model_compute",
+    "remat_compute",
+    "max_memory",
+    "heuristic_evals",
+)
+
+#: Upper bound on the number of grid points, so that a typo such as ``0:1:1e-9`` is an
+#: error instead of an attempt to build a billion-point list.
+MAX_GRID_POINTS = 1_000_000
+
+
+# ---------------------------------------------------------------------------------------
+# Grid
+# ---------------------------------------------------------------------------------------
+
+
+def _decimal(text: str, what: str, spec: str) -> Decimal:
+    try:
+        value = Decimal(text.strip())
+    except InvalidOperation:
+        raise MemoptError(f"bad grid {spec!r}: {what} {text!r} is not a number") from None
+    if not value.is_finite():
+        raise MemoptError(f"bad grid {spec!r}: {what} {text!r} is not a finite number")
+    return value
+
+
+def parse_grid(spec: str) -> tuple[Decimal, ...]:
+    """The ratios of the grid ``START:STOP:STEP``, ascending, computed exactly.
+
+    The points are ``START + k * STEP`` for ``k = 0, 1, ...`` while ``<= STOP`` (so STOP
+    is included when it is on the grid). ``0 < START <= STOP`` and ``STEP > 0`` are
+    required. ``START:STOP`` alone is not accepted: a step must be explicit.
+    """
+    parts = spec.split(":")
+    if len(parts) != 3:
+        raise MemoptError(f"bad grid {spec!r}: expected START:STOP:STEP, e.g. 0.1:1.0:0.01")
+    start = _decimal(parts[0], "START", spec)
+    stop = _decimal(parts[1], "STOP", spec)
+    step = _decimal(parts[2], "STEP", spec)
+    if start <= 0:
+        raise MemoptError(f"bad grid {spec!r}: START must be > 0 (a budget ratio)")
+    if step <= 0:
+        raise MemoptError(f"bad grid {spec!r}: STEP must be > 0")
+    if stop < start:
+        raise MemoptError(f"bad grid {spec!r}: STOP must be >= START")
+    count = int((stop - start) / step) + 1  # Decimal division: exact for decimal inputs
+    if count > MAX_GRID_POINTS:
+        raise MemoptError(f"bad grid {spec!r}: {count} points (at most {MAX_GRID_POINTS})")
+    points = [start + k * step for k in range(count)]
+    # Decimal division rounds to 28 significant digits; make the ends exact either way.
+    while points and points[-1] > stop:
+        points.pop()
+    if start + len(points) * step <= stop:
+        points.append(start + len(points) * step)
+    return tuple(points)
+
+
+def ratio_budget(ratio: Decimal | float, peak: int) -> int:
+    """``int(ratio * peak)`` in floating point, as simrd's drivers compute a budget."""
+    return int(float(ratio) * peak)
+
+
+# ---------------------------------------------------------------------------------------
+# Holes
+# ---------------------------------------------------------------------------------------
+
+
+def find_holes(passed: Sequence[bool]) -> list[tuple[int, int]]:
+    """Index ranges ``(i, j)`` (inclusive) of the feasibility holes of a pass/fail list.
+
+    ``passed`` is ordered by increasing budget. A hole is a maximal run of failures
+    ``passed[i..j]`` with a pass at some index ``< i`` and one at some index ``> j``;
+    failures below the first pass or above the last pass are not holes.
+    """
+    holes: list[tuple[int, int]] = []
+    seen_pass = False
+    run_start: int | None = None
+    for index, ok in enumerate(passed):
+        if ok:
+            if run_start is not None and seen_pass:
+                holes.append((run_start, index - 1))
+            run_start = None
+            seen_pass = True
+        elif run_start is None:
+            run_start = index
+    return holes
+
+
+# ---------------------------------------------------------------------------------------
+# Results
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """The outcome of one budget of a sweep (its first run when repeated)."""
+
+    ratio: Decimal
+    budget: int
+    status: str
+    clock: int
+    model_compute: int
+    remat_compute: int
+    max_memory: int
+    heuristic_evals: int
+    seconds: float
+    #: Whether every repeat of this budget gave the same outcome (always true for 1 run).
+    deterministic: bool = True
+    #: The distinct outcomes seen when ``deterministic`` is false.
+    variants: tuple[dict, ...] = ()
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "pass"
+
+    def overhead(self, baseline_compute: int) -> float:
+        """Compute overhead (slowdown) of the run: (model + remat compute) / model compute.
+
+        This is the y axis of the DTR paper's budget/overhead plots; it is meaningful
+        for passing runs only (a failed run stopped part way).
+        """
+        if baseline_compute <= 0:
+            return math.nan
+        return (baseline_compute + self.remat_compute) / baseline_compute
+
+    def to_dict(self, baseline_compute: int | None = None) -> dict:
+        out = {
+            "ratio": float(self.ratio),
+            "budget": self.budget,
+            "status": self.status,
+            "clock": self.clock,
+            "model_compute": self.model_compute,
+            "remat_compute": self.remat_compute,
+            "max_memory": self.max_memory,
+            "heuristic_evals": self.heuristic_evals,
+            "seconds": round(self.seconds, 6),
+        }
+        if baseline_compute is not None and self.passed:
+            out["overhead"] = round(self.overhead(baseline_compute), 6)
+        if not self.deterministic:
+            out["deterministic"] = False
+            out["variants"] = list(self.variants)
+        return out
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    """Every budget of a sweep, in increasing ratio order, and the holes among them."""
+
+    trace: str
+    heuristic: str
+    overhead_limit: float | None
+    grid: str
+    baseline_peak: int
+    baseline_compute: int
+    repeats: int
+    points: tuple[SweepPoint, ...]
+    seconds: float
+    holes: tuple[tuple[Decimal, Decimal], ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        index_holes = find_holes([p.passed for p in self.points])
+        holes = tuple((self.points[i].ratio, self.points[j].ratio) for i, j in index_holes)
+        object.__setattr__(self, "holes", holes)
+
+    @property
+    def failing(self) -> list[SweepPoint]:
+        return [p for p in self.points if not p.passed]
+
+    @property
+    def nondeterministic(self) -> list[SweepPoint]:
+        return [p for p in self.points if not p.deterministic]
+
+    @property
+    def min_passing_ratio(self) -> Decimal | None:
+        passing = [p.ratio for p in self.points if p.passed]
+        return passing[0] if passing else None
+
+    def hole_points(self) -> list[SweepPoint]:
+        """The failing points that lie inside a hole."""
+        inside: list[SweepPoint] = []
+        for lo, hi in self.holes:
+            inside.extend(p for p in self.points if lo <= p.ratio <= hi)
+        return inside
+
+    def to_dict(self) -> dict:
+        min_pass = self.min_passing_ratio
+        return {
+            "trace": self.trace,
+            "heuristic": self.heuristic,
+            "overhead_limit": self.overhead_limit,
+            "grid": self.grid,
+            "baseline_peak": self.baseline_peak,
+            "baseline_compute": self.baseline_compute,
+            "repeats": self.repeats,
+            "points": [p.to_dict(self.baseline_compute) for p in self.points],
+            "failing": len(self.failing),
+            "min_passing_ratio": None if min_pass is None else float(min_pass),
+            "holes": [[float(lo), float(hi)] for lo, hi in self.holes],
+            "hole_budgets": len(self.hole_points()),
+            "nondeterministic": [float(p.ratio) for p in self.nondeterministic],
+            "seconds": round(self.seconds, 3),
+        }
+
+
+# ---------------------------------------------------------------------------------------
+# Worker side: one parse per process
+# ---------------------------------------------------------------------------------------
+
+# Per-process cache: path -> (file identity, trace, baseline). A worker replays many
+# budgets of the same trace; parsing and the unbounded baseline replay are done once.
+_TRACE_CACHE: dict[str, tuple[tuple[int, int], Any, Any]] = {}
+
+
+def _file_identity(path: str) -> tuple[int, int]:
+    st = os.stat(path)
+    return (st.st_mtime_ns, st.st_size)
+
+
+def cached_trace(path: str | os.PathLike) -> tuple[Any, Any]:
+    """The parsed trace at ``path`` and its baseline, parsed at most once per process
+    (re-parsed only if the file changed)."""
+    from memopt.dtr import baseline, load_trace
+
+    key = os.path.abspath(os.fspath(path))
+    ident = _file_identity(key)
+    hit = _TRACE_CACHE.get(key)
+    if hit is not None and hit[0] == ident:
+        return hit[1], hit[2]
+    trace = load_trace(key)
+    base = baseline(trace)
+    _TRACE_CACHE.clear()  # a worker serves one sweep at a time; do not hoard traces
+    _TRACE_CACHE[key] = (ident, trace, base)
+    return trace, base
+
+
+def _worker_init(path: str) -> None:
+    # Parse eagerly when the pool starts, so that the first budgets are not slower.
+    # An error here would only break the pool ("BrokenProcessPool"); swallow it so
+    # that the first task raises it again, with its message, through its future.
+    try:
+        cached_trace(path)
+    except Exception:
+        pass
+
+
+def replay_point(path: str, ratio: str, heuristic: Any, overhead_limit: float | None) -> dict:
+    """Replay one budget of a sweep (the task a worker runs). ``ratio`` is a decimal
+    string so that the exact grid point crosses process boundaries unchanged."""
+    from memopt.dtr import replay
+
+    trace, base = cached_trace(path)
+    budget = ratio_budget(Decimal(ratio), base.peak)
+    t0 = time.perf_counter()
+    result = replay(trace, budget, heuristic, overhead_limit=overhead_limit)
+    seconds = time.perf_counter() - t0
+    out = {name: getattr(result, name) for name in OUTCOME_FIELDS}
+    out["baseline_peak"] = base.peak
+    out["baseline_compute"] = base.compute
+    out["seconds"] = seconds
+    return out
+
+
+class InlineExecutor(cf.Executor):
+    """Runs each task in the calling process at ``submit`` time (``jobs == 1``)."""
+
+    def submit(self, fn, /, *args, **kwargs):  # type: ignore[override]
+        future: cf.Future = cf.Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as exc:  # handed to the caller through the future
+            future.set_exception(exc)
+        return future
+
+
+def make_executor(path: str, jobs: int) -> cf.Executor:
+    """The default executor of a sweep: in-process for one job, else a process pool
+    whose workers parse the trace once at start-up."""
+    if jobs <= 1:
+        return InlineExecutor()
+    # spawn rather than fork: no inherited threads/locks (numba, BLAS), and each worker
+    # gets its own hash seed, which makes ``repeats`` a real cross-process check.
+    return cf.ProcessPoolExecutor(
+        max_workers=jobs,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=_worker_init,
+        initargs=(path,),
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Driver
+# ---------------------------------------------------------------------------------------
+
+
+def heuristic_name(heuristic: Any) -> str:
+    if isinstance(heuristic, str):
+        return heuristic
+    return getattr(heuristic, "name", None) or getattr(heuristic, "__name__", None) or repr(heuristic)
+
+
+def check_heuristic(heuristic: Any) -> None:
+    """Reject an unknown heuristic name early, with the list of known ones."""
+    if not isinstance(heuristic, str):
+        return  # a user-defined heuristic object: the simulator validates it
+    from memopt.dtr import HEURISTICS
+
+    if heuristic not in HEURISTICS:
+        known = ", ".join(sorted(HEURISTICS, key=lambda n: (n != n.lower(), n)))
+        raise MemoptError(f"unknown heuristic {heuristic!r}; known: {known}")
+
+
+def check_trace_path(path: str | os.PathLike) -> str:
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise MemoptError(f"trace file not found: {path}")
+    if os.path.isdir(path):
+        raise MemoptError(f"trace path is a directory, not a log file: {path}")
+    return path
+
+
+def run_sweep(
+    trace_path: str | os.PathLike,
+    grid: str | Iterable[Decimal | str | float],
+    heuristic: Any = "dtr",
+    *,
+    overhead_limit: float | None = None,
+    repeats: int = 1,
+    jobs: int = 1,
+    executor: cf.Executor | None = None,
+    progress: bool = False,
+) -> SweepResult:
+    """Replay ``trace_path`` at every ratio of ``grid`` and collect outcomes and holes.
+
+    ``grid`` is a ``START:STOP:STEP`` string or an iterable of ratios (sorted here).
+    ``executor``, when given, runs the tasks (and is not shut down); otherwise ``jobs``
+    local processes (or the calling process when ``jobs == 1``). ``repeats`` re-runs
+    every budget; differing outcomes are flagged on the point (``deterministic=False``)
+    and listed by :attr:`SweepResult.nondeterministic`.
+    """
+    path = check_trace_path(trace_path)
+    check_heuristic(heuristic)
+    if repeats < 1:
+        raise MemoptError(f"repeats must be >= 1, got {repeats}")
+    if jobs < 1:
+        raise MemoptError(f"jobs must be >= 1, got {jobs}")
+    if overhead_limit is not None and not overhead_limit >= 1:
+        raise MemoptError(f"overhead limit must be >= 1 (a slowdown factor), got {overhead_limit}")
+    if isinstance(grid, str):
+        grid_text = grid
+        ratios = parse_grid(grid)
+    else:
+        ratios = tuple(sorted({Decimal(str(r)) for r in grid}))
+        if not ratios or ratios[0] <= 0:
+            raise MemoptError("a sweep needs at least one ratio, all > 0")
+        grid_text = ",".join(str(r) for r in ratios)
+
+    abspath = os.path.abspath(path)
+    own_executor = executor is None
+    pool = make_executor(abspath, jobs) if own_executor else executor
+    runs: dict[int, list[dict | None]] = {i: [None] * repeats for i in range(len(ratios))}
+    t0 = time.perf_counter()
+    name = Path(path).name
+    failing = 0
+    try:
+        with Progress(len(ratios) * repeats, f"sweep {name[:24]}", enabled=progress) as bar:
+            futures = {}
+            # Interleave repeats (all budgets once, then again) so that a pool spreads
+            # the repeats of one budget over different workers.
+            for rep in range(repeats):
+                for i, ratio in enumerate(ratios):
+                    fut = pool.submit(replay_point, abspath, str(ratio), heuristic, overhead_limit)
+                    futures[fut] = (i, rep)
+            try:
+                for fut in cf.as_completed(futures):
+                    i, rep = futures[fut]
+                    out = fut.result()
+                    runs[i][rep] = out
+                    if rep == 0 and out["status"] != "pass":
+                        failing += 1
+                    bar.update(1, status=f"r={ratios[i]} {out['status']} failing={failing}")
+            except BaseException:
+                for fut in futures:
+                    fut.cancel()
+                raise
+    finally:
+        if own_executor:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    points = []
+    first = runs[0][0] if ratios else None
+    for i, ratio in enumerate(ratios):
+        outs = runs[i]
+        base = outs[0]
+        assert base is not None
+        distinct: list[dict] = []
+        for out in outs:
+            key = {f: out[f] for f in OUTCOME_FIELDS}  # type: ignore[index]
+            if key not in distinct:
+                distinct.append(key)
+        points.append(
+            SweepPoint(
+                ratio=ratio,
+                budget=base["budget"],
+                status=base["status"],
+                clock=base["clock"],
+                model_compute=base["model_compute"],
+                remat_compute=base["remat_compute"],
+                max_memory=base["max_memory"],
+                heuristic_evals=base["heuristic_evals"],
+                seconds=base["seconds"],
+                deterministic=len(distinct) == 1,
+                variants=tuple(distinct) if len(distinct) > 1 else (),
+            )
+        )
+    return SweepResult(
+        trace=name,
+        heuristic=heuristic_name(heuristic),
+        overhead_limit=overhead_limit,
+        grid=grid_text,
+        baseline_peak=first["baseline_peak"] if first else 0,
+        baseline_compute=first["baseline_compute"] if first else 0,
+        repeats=repeats,
+        points=tuple(points),
+        seconds=time.perf_counter() - t0,
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Rendering
+# ---------------------------------------------------------------------------------------
+
+
+def format_sweep(result: SweepResult, *, all_points: bool = False) -> str:
+    """A readable summary: header, failing budgets (or every budget), and the holes."""
+    lines = [
+        f"trace      {result.trace}",
+        f"heuristic  {result.heuristic}"
+        + (f"   overhead limit {result.overhead_limit}" if result.overhead_limit else ""),
+        f"baseline   peak {result.baseline_peak} B, compute {result.baseline_compute}",
+        f"grid       {result.grid}  ({len(result.points)} budgets x {result.repeats} run(s), "
+        f"{result.seconds:.1f}s)",
+    ]
+    shown = result.points if all_points else result.failing
+    if shown:
+        lines.append("")
+        lines.append(f"{'ratio':>8} {'budget':>14} {'status':>7} {'overhead':>9} {'max_memory':>14}")
+        for p in shown:
+            over = f"{p.overhead(result.baseline_compute):.4f}" if p.passed else "-"
+            flag = "  NONDETERMINISTIC" if not p.deterministic else ""
+            lines.append(
+                f"{str(p.ratio):>8} {p.budget:>14} {p.status:>7} {over:>9} {p.max_memory:>14}{flag}"
+            )
+    lines.append("")
+    min_pass = result.min_passing_ratio
+    lines.append(
+        f"failing    {len(result.failing)} of {len(result.points)} budgets; "
+        f"smallest passing ratio {min_pass if min_pass is not None else 'none'}"
+    )
+    if result.holes:
+        text = ", ".join(f"[{lo}, {hi}]" for lo, hi in result.holes)
+        lines.append(f"holes      {len(result.holes)}: {text}")
+    else:
+        lines.append("holes      none")
+    if result.nondeterministic:
+        lines.append(
+            "NONDETERMINISTIC at ratios " + ", ".join(str(p.ratio) for p in result.nondeterministic)
+        )
+    return "\n".join(lines)
+
+
+def plot_sweep(result: SweepResult, path: str | os.PathLike) -> None:
+    """Plot ratio vs. compute overhead: passing budgets as a line, failing budgets as
+    red marks on the x axis, holes shaded. matplotlib is imported here, with Agg."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise MemoptError("--plot needs matplotlib (pip install 'memopt[plot]')") from None
+
+    base = result.baseline_compute
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    xs = [float(p.ratio) for p in result.points if p.passed]
+    ys = [p.overhead(base) for p in result.points if p.passed]
+    ax.plot(xs, ys, ".-", lw=1, ms=3, label="pass: compute overhead")
+    fails = {"OOM": "x", "thrash": "v"}
+    for status, marker in fails.items():
+        fx = [float(p.ratio) for p in result.points if p.status == status]
+        if fx:
+            ax.scatter(fx, [1.0] * len(fx), marker=marker, color="red", s=18, zorder=3, label=status)
+    # Shade each hole out to the neighbouring passing grid points' midpoints so that
+    # one-point holes are visible.
+    ratios = [float(p.ratio) for p in result.points]
+    for n, (lo, hi) in enumerate(result.holes):
+        i = ratios.index(float(lo))
+        j = ratios.index(float(hi))
+        left = (ratios[i - 1] + ratios[i]) / 2 if i > 0 else ratios[i]
+        right = (ratios[j] + ratios[j + 1]) / 2 if j + 1 < len(ratios) else ratios[j]
+        ax.axvspan(left, right, color="orange", alpha=0.3, label="hole" if n == 0 else None)
+    ax.set_xlabel("budget / baseline peak")
+    ax.set_ylabel("(model + remat compute) / model compute")
+    title = f"{result.trace} - {result.heuristic}"
+    if result.overhead_limit:
+        title += f" (overhead limit {result.overhead_limit})"
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.fspath(path), dpi=120)
+    plt.close(fig)

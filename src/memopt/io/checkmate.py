@@ -1,0 +1,132 @@
+"""Importer for the published graphs in networkx node-link JSON.
+
+Two schemas occur in the published data (`../shared/data/checkmate-graphs/`):
+
+* **Checkmate** (Jain et al., MLSys 2020): ``nodes`` with ``id``, ``cost_ram``, ``cost_cpu``
+  (and ``name``, ``backward``); ``links`` with ``source``/``target``.
+* **Random layered graphs** of "Neural Topological Ordering for Computation Graphs"
+  (Gagrani et al., NeurIPS 2022), as redistributed with Moccasin: ``nodes`` with
+  ``name`` (the id), ``out_cost``, ``duration``, ``param_cost``; ``links`` as
+  ``{"0": source, "1": target}``; ``graph.order`` holds a valid order (the node list is not
+  topological).
+
+Semantics, exactly: every node is an op with one output tensor of ``cost_ram`` (resp.
+``out_cost``) bytes and compute cost ``cost_cpu`` (resp. ``duration``); every link is a data
+dependency; workspace 0; nodes without predecessors are ordinary ops (their output is
+allocated when they run); a node without successors is a graph output, live to the end.
+The input-order baseline is the file's node order, or ``graph.order`` where present.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from memopt.core import TensorGraph
+from memopt.errors import FormatError, GraphError
+from memopt.io._json import int_field, read_json, require
+from memopt.io.instance import Instance
+
+
+def is_node_link(doc) -> bool:
+    return isinstance(doc, dict) and "nodes" in doc and ("links" in doc or "edges" in doc)
+
+
+def load_checkmate(path: str | os.PathLike) -> Instance:
+    """Load a node-link JSON graph file (either schema) as an :class:`Instance`."""
+    return instance_from_node_link(read_json(path), path=str(path))
+
+
+def instance_from_node_link(doc: dict, path: str | None = None) -> Instance:
+    where = path or "<node-link>"
+    nodes = require(doc, "nodes", where, list)
+    links = doc.get("links", doc.get("edges"))
+    if not isinstance(links, list):
+        raise FormatError(f"{where}: field 'links' must be a list")
+    if not nodes:
+        raise FormatError(f"{where}: the graph has no nodes")
+    gattr = doc.get("graph") or {}
+    if not isinstance(gattr, dict):
+        raise FormatError(f"{where}: field 'graph' must be an object")
+    first = nodes[0] if isinstance(nodes[0], dict) else {}
+    if "cost_ram" in first:
+        schema, id_key, size_key, cost_key = "checkmate", "id", "cost_ram", "cost_cpu"
+    elif "out_cost" in first:
+        schema, id_key, size_key, cost_key = "random-layered", "name", "out_cost", "duration"
+    else:
+        raise FormatError(f"{where}: node 0 has neither 'cost_ram' (Checkmate) nor 'out_cost' "
+                          "(random layered graphs); unknown node-link schema")
+    labels = []
+    index: dict = {}
+    sizes = np.empty(len(nodes), np.int64)
+    costs = np.empty(len(nodes), np.float64)
+    for k, node in enumerate(nodes):
+        nwhere = f"{where}: node #{k}"
+        ident = require(node, id_key, nwhere)
+        if isinstance(ident, (dict, list)) or isinstance(ident, bool):
+            raise FormatError(f"{nwhere}: field {id_key!r} must be a number or a string")
+        nwhere = f"{where}: node {ident!r}"
+        if ident in index:
+            raise FormatError(f"{nwhere}: node id appears twice")
+        index[ident] = k
+        labels.append(ident)
+        try:
+            sizes[k] = int_field(node, size_key, nwhere)
+        except FormatError as exc:
+            if "negative" in str(exc):
+                raise GraphError(str(exc)) from None
+            raise
+        c = require(node, cost_key, nwhere)
+        if isinstance(c, bool) or not isinstance(c, (int, float)) or c < 0 or c != c:
+            raise FormatError(f"{nwhere}: field {cost_key!r} must be a non-negative number, got {c!r}")
+        costs[k] = c
+    src = np.empty(len(links), np.int64)
+    dst = np.empty(len(links), np.int64)
+    for k, link in enumerate(links):
+        lwhere = f"{where}: link #{k}"
+        if not isinstance(link, dict):
+            raise FormatError(f"{lwhere}: expected an object")
+        if "source" in link:
+            a, b = link.get("source"), link.get("target")
+        else:
+            a, b = link.get("0"), link.get("1")
+        for end in (a, b):
+            if end is None:
+                raise FormatError(f"{lwhere}: missing source or target")
+            if end not in index:
+                raise GraphError(f"{lwhere}: names unknown node {end!r}")
+        if a == b:
+            raise GraphError(f"cycle: {lwhere} is a self-loop on node {a!r}")
+        src[k], dst[k] = index[a], index[b]
+    n = len(nodes)
+    has_succ = np.zeros(n, bool)
+    has_succ[src] = True
+    names = [str(x) for x in labels]
+    if len(set(names)) != n:
+        raise FormatError(f"{where}: node ids collide once written as text")
+    graph = TensorGraph.from_arrays(
+        tensor_size=sizes, tensor_producer=np.arange(n), op_inputs=(dst, src),
+        tensor_output=~has_succ, op_cost=costs, op_names=names, tensor_names=names,
+        name=str(gattr.get("name") or (os.path.basename(path) if path else "")),
+    )
+    if "order" in gattr:
+        order_labels = gattr["order"]
+        if not isinstance(order_labels, list):
+            raise FormatError(f"{where}: graph.order must be a list")
+        order = np.empty(len(order_labels), np.int64)
+        for k, lab in enumerate(order_labels):
+            if lab not in index:
+                raise GraphError(f"{where}: graph.order names unknown node {lab!r}")
+            order[k] = index[lab]
+        from memopt.core import validate_order
+        from memopt.errors import ScheduleError
+
+        try:
+            validate_order(graph, order)
+        except ScheduleError as exc:
+            raise FormatError(f"{where}: graph.order is not a valid order: {exc}") from None
+    else:
+        order = np.arange(n, dtype=np.int64)
+    return Instance(name=graph.name, schema=schema, labels=tuple(labels), input_order=order,
+                    graph=graph, path=path, meta={"graph": {k: v for k, v in gattr.items() if k != "pos"}})
