@@ -9,6 +9,7 @@ line on stderr and the command exits with status 2; no traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from memopt.errors import MemoptError
@@ -42,6 +43,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("memopt: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # a bug, not bad input: still one line, the traceback on request
+        if os.environ.get("MEMOPT_DEBUG"):
+            raise
+        print(f"memopt: internal error: {type(exc).__name__}: {exc} (set MEMOPT_DEBUG=1 for a traceback)",
+              file=sys.stderr)
+        return 3
 
 
 if __name__ == "__main__":  # pragma: no cover

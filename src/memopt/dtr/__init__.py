@@ -1,3 +1,18 @@
-"""Dynamic tensor rematerialization (DTR): trace replay at parity with simrd."""
+"""Dynamic tensor rematerialization (DTR): trace replay at parity with simrd.
 
-from memopt.dtr import cli  # noqa: F401  (sub-command registration)
+``load_trace`` parses a DTR log (:mod:`memopt.dtr.trace`), ``baseline`` runs simrd's
+infinite-budget ``RuntimeV1``, ``replay`` / ``replay_ratio`` run
+``RuntimeV2EagerOptimized`` under a budget with one of :data:`HEURISTICS` or a
+user-defined score (:mod:`memopt.dtr.heuristics`, :mod:`memopt.dtr.simulator`).
+"""
+
+from memopt.dtr.heuristics import HEURISTICS, Heuristic, StorageView
+from memopt.dtr.simulator import (Baseline, Eviction, OOMInfo, Remat, ReplayLog, ReplayResult,
+                                  baseline, replay, replay_ratio)
+from memopt.dtr.trace import Trace, load_trace
+
+from memopt.dtr import cli  # noqa: F401,E402  (sub-command registration)
+
+__all__ = ["HEURISTICS", "Heuristic", "StorageView", "Trace", "load_trace", "baseline",
+           "replay", "replay_ratio", "Baseline", "ReplayResult", "ReplayLog", "Eviction",
+           "Remat", "OOMInfo"]
