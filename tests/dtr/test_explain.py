@@ -86,3 +86,26 @@ def test_explain_rejects_a_pair_that_is_not_fail_then_pass():
         explain(UNET, 0.6, 0.7)
     with pytest.raises(MemoptError, match="does not pass"):
         explain(UNET, 0.3, 0.2)
+
+
+@needs_shared
+def test_explain_a_feasibility_hole():
+    # U-Net with h_DTR fails at 0.433 of its peak but passes at 0.431 and 0.436 (a hole
+    # found by `benchmarks/dtr_sweeps.py --traces unet --grid 0.01:1.0:0.001`).
+    from memopt.dtr import baseline, load_trace, replay, replay_ratio
+
+    ex = explain(UNET, "0.433", "0.436", "dtr", singles=40)
+    assert (ex.fail.status, ex.pass_.status) == ("OOM", "pass")
+    trace = load_trace(UNET)
+    assert replay_ratio(trace, 0.431, "dtr").status == "pass"  # a smaller budget passes
+    assert ex.fail.budget == int(0.433 * baseline(trace).peak)
+    # Every single-tensor counterfactual was run, and its verdict is a real replay's.
+    assert len(ex.single_counterfactuals) == len(ex.implicated)
+    for cf in ex.single_counterfactuals[:3] + ex.single_counterfactuals[-3:]:
+        name = cf.keep_resident[0]
+        direct = replay(trace, ex.fail.budget, "dtr", keep_resident=frozenset({name.rstrip("$")}))
+        assert direct.status == cf.status, name
+    assert set(ex.resolving_singles) <= set(ex.implicated)
+    assert ex.to_dict()["resolving_singles"] == ex.resolving_singles
+    text = ex.to_text()
+    assert "one at a time" in text

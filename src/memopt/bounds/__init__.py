@@ -1,6 +1,6 @@
 """memopt.bounds: lower bounds on the peak (trap bounds by minimum cuts), certificates and their checker."""
 
-from memopt.bounds.certificate import make_certificate
+from memopt.bounds.certificate import certify, load_certificate, make_certificate, save_certificate
 from memopt.bounds.checker import VerifyReport, verify_certificate
 from memopt.bounds.trap import (
     Bound,
@@ -8,12 +8,13 @@ from memopt.bounds.trap import (
     forward_trap_bound,
     node_trap_values,
     pair_trap_bound,
+    probing_trap_bound,
     reverse_trap_bound,
     simple_bounds,
     simple_dag_bounds,
 )
 
 __all__ = [
-    "Bound", "forward_trap_bound", "reverse_trap_bound", "pair_trap_bound", "node_trap_values",
-    "simple_bounds", "simple_dag_bounds", "best_bound", "make_certificate", "verify_certificate", "VerifyReport",
+    "Bound", "forward_trap_bound", "reverse_trap_bound", "pair_trap_bound", "probing_trap_bound", "node_trap_values",
+    "simple_bounds", "simple_dag_bounds", "best_bound", "make_certificate", "certify", "save_certificate", "load_certificate", "verify_certificate", "VerifyReport",
 ]

@@ -32,6 +32,12 @@ Witness kinds (``proofs/trap_bounds.md`` proves each):
   (``u_before_v``: the trap of ``v`` with ``u`` forced in, or of ``u`` with ``v`` forced
   out; ``u_after_v``: of ``v`` with ``u`` out, or of ``u`` with ``v`` in); the bound is the
   smaller case value.
+* ``{"kind": "refutation", "limit": L, "value": L + 1, "steps": [{"edge": [a, b], "on": k,
+  "cut": CUT with "extra_edges": [[b, a]]}, ...], "final": {"kind": "cut", "on": k, "cut":
+  CUT} | {"kind": "cycle"}}``: no schedule has peak ``<= L``. Each step derives the
+  precedence ``a -> b`` from a cut above ``L`` on the DAG plus the first ``k`` derived
+  edges plus the opposite hypothesis ``b -> a``; the final cut (or a cycle among the
+  derived edges) contradicts the limit.
 
 Example
 -------
@@ -56,9 +62,9 @@ from memopt.errors import CertificateError
 
 FORMAT = "memopt-certificate"
 VERSION = 1
-CERTIFIABLE = ("base", "end_memory", "node_relaxation", "cut", "pair")
+CERTIFIABLE = ("base", "end_memory", "node_relaxation", "cut", "pair", "refutation")
 
-__all__ = ["FORMAT", "VERSION", "make_certificate", "dag_to_doc", "save_certificate", "load_certificate"]
+__all__ = ["FORMAT", "VERSION", "make_certificate", "certify", "dag_to_doc", "save_certificate", "load_certificate"]
 
 
 def dag_to_doc(dag: SignedDAG) -> dict:
@@ -106,6 +112,25 @@ def make_certificate(model, order, bound) -> dict:
         "bound": {"name": name, "value": value, "witness": witness},
         "certified": bool(value == peak),
     }
+
+
+def certify(model, order, *, time_limit: float = 10.0) -> dict:
+    """Certificate of ``order`` with the strongest bound found within ``time_limit``.
+
+    Runs :func:`memopt.bounds.trap.best_bound` with the order's peak as target (it stops as
+    soon as the bound meets the peak: the order is then certified optimal).
+    """
+    from memopt.bounds.trap import best_bound
+
+    if isinstance(model, TensorGraph):
+        gd = graph_to_dag(model)
+        dag, full = gd.dag, dag_order_from_op_order(gd, np.asarray(order, np.int64))
+    elif isinstance(model, SignedDAG):
+        dag, full = model, np.asarray(order, np.int64)
+    else:
+        raise CertificateError(f"cannot certify a {type(model).__name__}: expected a SignedDAG or TensorGraph")
+    bound = best_bound(dag, time_limit=time_limit, target=dag_peak(dag, full))
+    return make_certificate(dag, full, bound)
 
 
 def save_certificate(cert: dict, path: str | os.PathLike) -> None:

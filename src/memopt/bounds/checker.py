@@ -110,12 +110,36 @@ class _DAG:
             if a == b:
                 raise _Fail(f"dag.edges[{k}]: node {self.label(a)} depends on itself")
             edges.add((a, b))
+        self._set_edges(edges)
+
+    def _set_edges(self, edges) -> None:
+        n = self.n
         self.edges = sorted(edges)
         self.succ = [[] for _ in range(n)]
         self.pred = [[] for _ in range(n)]
         for a, b in self.edges:
             self.succ[a].append(b)
             self.pred[b].append(a)
+
+    def with_edges(self, extra) -> "_DAG":
+        """The same nodes with more edges (derived or hypothesised precedences)."""
+        other = object.__new__(_DAG)
+        other.names, other.n, other.delta, other.transient, other.base = self.names, self.n, self.delta, self.transient, self.base
+        other._set_edges(set(self.edges) | set(extra))
+        return other
+
+    def has_cycle(self) -> bool:
+        indeg = [len(p) for p in self.pred]
+        stack = [v for v in range(self.n) if indeg[v] == 0]
+        seen = 0
+        while stack:
+            v = stack.pop()
+            seen += 1
+            for s in self.succ[v]:
+                indeg[s] -= 1
+                if indeg[s] == 0:
+                    stack.append(s)
+        return seen < self.n
 
     def label(self, v: int) -> str:
         return f"{self.names[v]!r} ({v})"
@@ -169,10 +193,32 @@ def _plan_peak(dag: _DAG, order: list[int]) -> int:
     return peak
 
 
-def _check_cut(dag: _DAG, wit, where: str) -> int:
-    """Value proven by a cut witness (raises _Fail with a precise reason)."""
+def _edge(e, n: int, what: str) -> tuple[int, int]:
+    if not isinstance(e, list) or len(e) != 2:
+        raise _Fail(f"{what} must be a pair [before, after]")
+    a, b = _int(e[0], f"{what}[0]"), _int(e[1], f"{what}[1]")
+    if not (0 <= a < n and 0 <= b < n) or a == b:
+        raise _Fail(f"{what} = {e} must name two distinct nodes in range")
+    return a, b
+
+
+def _check_cut(dag: _DAG, wit, where: str, hypothesis: tuple[int, int] | None = None) -> int:
+    """Value proven by a cut witness (raises _Fail with a precise reason).
+
+    A cut may assume an extra edge (``extra_edges``) only where the caller justifies it:
+    a refutation step hypothesises the opposite of the precedence it derives.
+    """
     if not isinstance(wit, dict) or wit.get("kind") != "cut":
         raise _Fail(f"{where}: expected a witness of kind 'cut'")
+    extra = wit.get("extra_edges", [])
+    if not isinstance(extra, list):
+        raise _Fail(f"{where}: extra_edges must be a list of pairs")
+    extra = [_edge(e, dag.n, f"{where}.extra_edges[{k}]") for k, e in enumerate(extra)]
+    if extra != ([hypothesis] if hypothesis is not None else []):
+        raise _Fail(f"{where}: the cut assumes extra edges {extra} where the argument justifies "
+                    f"{[hypothesis] if hypothesis is not None else 'none'}")
+    if extra:
+        dag = dag.with_edges(extra)
     program = wit.get("program", "forward")
     if program not in ("forward", "reverse"):
         raise _Fail(f"{where}: program must be 'forward' or 'reverse', got {program!r}")
@@ -280,6 +326,51 @@ def _check_pair(dag: _DAG, wit, where: str) -> int:
     return total
 
 
+def _check_refutation(dag: _DAG, wit, where: str) -> int:
+    """A refutation of ``peak <= limit``: derived precedences, each justified, then a contradiction.
+
+    Step ``i`` derives ``a -> b`` (``a`` before ``b`` in every schedule within the limit) from a
+    cut above the limit on the DAG plus the first ``on <= i`` derived edges plus the opposite
+    hypothesis ``b -> a``. The final contradiction is a cut above the limit on the DAG plus
+    the first ``on`` derived edges, or a cycle among the original and all derived edges.
+    """
+    limit = _int(wit.get("limit"), f"{where}.limit")
+    steps = wit.get("steps")
+    if not isinstance(steps, list):
+        raise _Fail(f"{where}.steps must be a list")
+    derived: list[tuple[int, int]] = []
+    for i, st in enumerate(steps):
+        sw = f"{where}.steps[{i}]"
+        if not isinstance(st, dict):
+            raise _Fail(f"{sw} must be an object")
+        a, b = _edge(st.get("edge"), dag.n, f"{sw}.edge")
+        on = _int(st.get("on"), f"{sw}.on")
+        if not 0 <= on <= i:
+            raise _Fail(f"{sw}: 'on' = {on} must count earlier derived edges only (0..{i})")
+        val = _check_cut(dag.with_edges(derived[:on]), st.get("cut"), f"{sw}.cut", hypothesis=(b, a))
+        if val <= limit:
+            raise _Fail(f"{sw}: its cut proves {val}, not above the limit {limit}: edge {[a, b]} is not derived")
+        derived.append((a, b))
+    final = wit.get("final")
+    if not isinstance(final, dict):
+        raise _Fail(f"{where}.final must be an object")
+    if final.get("kind") == "cycle":
+        if not dag.with_edges(derived).has_cycle():
+            raise _Fail(f"{where}.final: the derived edges close no cycle")
+    elif final.get("kind") == "cut":
+        on = _int(final.get("on"), f"{where}.final.on")
+        if not 0 <= on <= len(derived):
+            raise _Fail(f"{where}.final: 'on' = {on} is out of range (0..{len(derived)})")
+        val = _check_cut(dag.with_edges(derived[:on]), final.get("cut"), f"{where}.final.cut")
+        if val <= limit:
+            raise _Fail(f"{where}.final: its cut proves {val}, not above the limit {limit}")
+    else:
+        raise _Fail(f"{where}.final has unknown kind {final.get('kind')!r}")
+    if "value" in wit and _int(wit["value"], f"{where}.value") != limit + 1:
+        raise _Fail(f"{where}: claims {wit['value']} but a refuted limit {limit} proves {limit + 1}")
+    return limit + 1
+
+
 def _check_bound(dag: _DAG, bound) -> tuple[int, str]:
     if not isinstance(bound, dict):
         raise _Fail("field 'bound' must be an object")
@@ -303,6 +394,8 @@ def _check_bound(dag: _DAG, bound) -> tuple[int, str]:
         return _check_cut(dag, wit, "bound.witness"), kind
     if kind == "pair":
         return _check_pair(dag, wit, "bound.witness"), kind
+    if kind == "refutation":
+        return _check_refutation(dag, wit, "bound.witness"), kind
     raise _Fail(f"bound.witness has unknown kind {kind!r}")
 
 

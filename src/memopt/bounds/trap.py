@@ -39,6 +39,15 @@ flow is a solver-free *witness* of the bound (see :mod:`memopt.bounds.certificat
   or after (``max(T(v | u ∉ I_v), T(u | v ∈ I_u))``); the pair's bound is the smaller of the
   two cases, and the bound is the maximum over pairs. At most ``4 n^2`` cuts; pairs are
   screened with closed-form upper estimates derived from the single-node optimal ideals.
+* :func:`probing_trap_bound`: the pair argument as edge finding: to refute a limit ``L``,
+  an order of two nodes whose hypothesis edge pushes some trap above ``L`` is impossible,
+  so the other order is added to the DAG; repeat until a trap exceeds ``L`` or the derived
+  edges close a cycle (then the bound is ``L + 1``). Bisection on ``L``.
+* :func:`simple_bounds` / :func:`simple_dag_bounds`: op footprint, graph outputs, base,
+  end memory, and the cut-free relaxation of the trap. :func:`best_bound` runs them all.
+
+Soundness proofs: ``proofs/trap_bounds.md``. Certificates and their checker:
+:mod:`memopt.bounds.certificate`, :mod:`memopt.bounds.checker`.
 
 Example
 -------
@@ -64,7 +73,7 @@ from memopt.errors import GraphError
 
 __all__ = [
     "Bound", "forward_trap_bound", "reverse_trap_bound", "pair_trap_bound", "node_trap_values",
-    "simple_bounds", "simple_dag_bounds", "best_bound", "trap_cut",
+    "simple_bounds", "simple_dag_bounds", "best_bound", "trap_cut", "probing_trap_bound",
 ]
 
 
@@ -104,6 +113,20 @@ def _ancestor_matrix(topo, pred_ptr, pred_idx, n):
                 if anc[p, x]:
                     anc[v, x] = True
     return anc
+
+
+@numba.njit(cache=True)
+def _closure_sums(anc, vals):
+    """``(sum of vals over anc(v), sum of vals over desc(v))`` for every node, in O(n^2), no copies."""
+    n = anc.shape[0]
+    up = np.zeros(n, np.int64)
+    down = np.zeros(n, np.int64)
+    for v in range(n):
+        for x in range(n):
+            if anc[v, x]:
+                up[v] += vals[x]
+                down[x] += vals[v]
+    return up, down
 
 
 @dataclass(frozen=True, eq=False)
@@ -162,11 +185,15 @@ class _Cut:
     reverse: bool
     ideal: np.ndarray | None   # bool [n]: the nodes before `node` in a cheapest cut (forward only)
     flow: np.ndarray | None    # int64 arc flows in canonical order (when asked for)
+    extra: tuple = ()          # a hypothesised extra edge (a, b) of the DAG, or ()
 
     def witness(self) -> dict:
-        return {"kind": "cut", "program": "reverse" if self.reverse else "forward", "node": int(self.node),
-                "force_in": [int(u) for u in self.force_in], "force_out": [int(u) for u in self.force_out],
-                "value": int(self.value), "flow": [int(f) for f in self.flow]}
+        w = {"kind": "cut", "program": "reverse" if self.reverse else "forward", "node": int(self.node),
+             "force_in": [int(u) for u in self.force_in], "force_out": [int(u) for u in self.force_out]}
+        if self.extra:
+            w["extra_edges"] = [[int(self.extra[0]), int(self.extra[1])]]
+        w.update(value=int(self.value), flow=[int(f) for f in self.flow])
+        return w
 
 
 def _forced_sets(net: _Net, v: int, force_in, force_out, reverse: bool):
@@ -185,25 +212,41 @@ def _forced_sets(net: _Net, v: int, force_in, force_out, reverse: bool):
     return pin, pout
 
 
-def _arcs(net: _Net, v: int, force_in=(), force_out=(), reverse: bool = False):
-    """Canonical network of one cut: (tails, heads, caps, constant, pin) or None if infeasible.
+def _arcs(net: _Net, v: int, force_in=(), force_out=(), reverse: bool = False, extra: tuple = ()):
+    """Canonical network of one cut: (tails, heads, caps, constant, pin, free) or None if infeasible.
 
     Canonical arc order (the checker rebuilds it independently): source arcs of the free
     negative nodes by increasing id, sink arcs of the free positive nodes by increasing id,
     then one infinite arc ``x -> p`` per program edge ``(p, x)`` inside the free set, edges
     in lexicographic order. Node ``n`` is the source, ``n + 1`` the sink. The reversed
-    program has deltas negated and edges reversed.
+    program has deltas negated and edges reversed. ``extra = (a, b)`` adds the edge
+    ``a -> b`` to the (forward) DAG first: the trap of ``v`` in schedules running ``a`` before ``b``.
     """
     pin, pout = _forced_sets(net, v, force_in, force_out, reverse)
+    edges = net.redges if reverse else net.edges
+    if extra:
+        a, b = extra
+        if v == b or net.anc[v, b]:        # b ∈ anc[v] ∪ {v}: now a and its ancestors come first
+            pin |= net.anc[a]
+            pin[a] = True
+        if v == a or net.anc[a, v]:        # v ∈ anc[a] ∪ {a}: now b and its descendants come after
+            pout |= net.anc[:, b]
+            pout[b] = True
     if np.any(pin & pout):
         return None
     free = ~(pin | pout)
     w = -net.w if reverse else net.w
-    edges = net.redges if reverse else net.edges
     xs = np.flatnonzero(free & (w < 0))
     xt = np.flatnonzero(free & (w > 0))
     em = free[edges[:, 0]] & free[edges[:, 1]] if edges.size else np.zeros(0, bool)
     ep, ex = edges[em, 0], edges[em, 1]
+    if extra and free[a] and free[b]:
+        # the hypothesised edge joins the free edges at its lexicographic place (unless present)
+        key = ep * net.n + ex
+        k = a * net.n + b
+        i = int(np.searchsorted(key, k))
+        if i == key.size or key[i] != k:
+            ep, ex = np.insert(ep, i, a), np.insert(ex, i, b)
     n = net.n
     tails = np.concatenate([np.full(xs.size, n, np.int64), xt, ex])
     heads = np.concatenate([xs, np.full(xt.size, n + 1, np.int64), ep])
@@ -212,18 +255,27 @@ def _arcs(net: _Net, v: int, force_in=(), force_out=(), reverse: bool = False):
     # memory while v runs = base + w(pin) + neg(F) + cut + delta(v) + transient(v), in the program;
     # the reversed program's "while v runs" misses delta(v) compared with ours: add it back.
     const = base + int(w[pin].sum()) + int(w[xs].sum()) + int(w[v]) + int(net.t[v]) + (int(net.w[v]) if reverse else 0)
-    return tails, heads, caps, const, pin
+    return tails, heads, caps, const, pin, free
 
 
-def _solve(net: _Net, v: int, force_in=(), force_out=(), reverse: bool = False, *, flow: bool = False) -> _Cut | None:
-    built = _arcs(net, v, force_in, force_out, reverse)
+def _solve(net: _Net, v: int, force_in=(), force_out=(), reverse: bool = False, *, flow: bool = False,
+           extra: tuple = ()) -> _Cut | None:
+    assert not (extra and reverse)
+    built = _arcs(net, v, force_in, force_out, reverse, extra)
     if built is None:
         return None
-    tails, heads, caps, const, pin = built
+    tails, heads, caps, const, pin, free = built
     n = net.n
     flows = None
     ideal = pin.copy()
-    if caps.size:
+    if caps.size and not np.any(heads == n + 1):
+        # no free allocation: nothing to pay, every free node may run first (J = F, cut 0).
+        # (OR-Tools reports an empty source side when the sink has no arc, so decide here.)
+        value = 0
+        ideal |= free
+        if flow:
+            flows = np.zeros(caps.size, np.int64)
+    elif caps.size:
         smf = max_flow.SimpleMaxFlow()
         arcs = smf.add_arcs_with_capacity(tails, heads, caps)
         status = smf.solve(n, n + 1)
@@ -241,7 +293,7 @@ def _solve(net: _Net, v: int, force_in=(), force_out=(), reverse: bool = False, 
         if flow:
             flows = np.zeros(0, np.int64)
     return _Cut(const + value, int(v), tuple(int(u) for u in force_in), tuple(int(u) for u in force_out),
-                reverse, None if reverse else ideal, flows)
+                reverse, None if reverse else ideal, flows, tuple(int(x) for x in extra))
 
 
 def trap_cut(dag, v: int, force_in=(), force_out=(), *, reverse: bool = False) -> dict | None:
@@ -256,16 +308,30 @@ def trap_cut(dag, v: int, force_in=(), force_out=(), *, reverse: bool = False) -
 
 # ---------------------------------------------------------------------------- single-node traps
 
-def _cheap_estimates(net: _Net):
-    """Per node: the memory with ``I = anc(v)`` (an upper estimate of the trap) ."""
-    wanc = net.anc.astype(np.int64) @ net.w if net.n else np.zeros(0, np.int64)
-    return net.base + wanc + net.w + net.t
+def _cheap_estimates(net: _Net, reverse: bool = False):
+    """Per node, an upper estimate of its trap from two admissible ideals, no cut.
+
+    The ideal ``anc(v)`` (nothing optional has run) gives ``base + w(anc v) + delta(v) +
+    transient(v)``; the ideal of all non-descendants (everything optional has run) gives
+    ``E - w(desc v) + transient(v)``. In the reversed program the two ideals swap roles, so
+    both directions use the same pair of estimates (the reverse trap equals the forward one
+    node by node anyway, ``proofs/trap_bounds.md`` §2).
+    """
+    if not net.n:
+        return np.zeros(0, np.int64)
+    w_anc, w_desc = _closure_sums(net.anc, net.w)
+    nothing = net.base + w_anc + net.w + net.t
+    everything = net.end - w_desc + net.t
+    return np.minimum(nothing, everything)
 
 
 def _all_traps(net: _Net, nodes: np.ndarray, reverse: bool = False, *, prune_below: int | None = None,
-               deadline: float = float("inf")):
-    """Exact trap values of ``nodes`` (a dict v -> _Cut); skips nodes whose estimate cannot beat ``prune_below``."""
-    ub = _cheap_estimates(net)
+               deadline: float = float("inf"), status: dict | None = None):
+    """Exact trap values of ``nodes`` (a dict v -> _Cut); skips nodes whose estimate cannot beat ``prune_below``.
+
+    ``status["timed_out"]`` is set when the deadline stopped the loop early.
+    """
+    ub = _cheap_estimates(net, reverse)
     order = nodes[np.argsort(-ub[nodes], kind="stable")]
     best = prune_below
     out: dict[int, _Cut] = {}
@@ -273,6 +339,8 @@ def _all_traps(net: _Net, nodes: np.ndarray, reverse: bool = False, *, prune_bel
         if best is not None and ub[v] <= best:
             break  # sorted: no later node can raise the maximum either
         if time.perf_counter() > deadline:
+            if status is not None:
+                status["timed_out"] = True
             break
         c = _solve(net, v, reverse=reverse)
         out[v] = c
@@ -281,32 +349,55 @@ def _all_traps(net: _Net, nodes: np.ndarray, reverse: bool = False, *, prune_bel
     return out
 
 
-def _max_trap(dag, reverse: bool, name: str) -> Bound:
+# Dense reachability (n x n booleans, float screens of k x n) bounds the sizes the cut bounds
+# accept; beyond them the bounds fall back to the O(n) ones (start and end memory), flagged.
+MAX_TRAP_NODES = 8000
+MAX_PAIR_NODES = 4000
+
+
+def _fallback(dag: SignedDAG, name: str, limit: int) -> Bound:
+    """``max(base, end)`` for DAGs too large for the dense cut machinery (never an error)."""
+    w = np.asarray(dag.delta, np.int64)
+    base, end = int(dag.base), int(dag.base) + int(w.sum())
+    wit = {"kind": "end_memory"} if dag.n and end > base else {"kind": "base"}
+    return Bound(max(base, end) if dag.n else base, name, (), wit, 0.0, False,
+                 {"skipped": f"{dag.n} nodes exceed the {limit} this bound handles; start/end memory only"})
+
+
+def _max_trap(dag, reverse: bool, name: str, time_limit: float | None = None) -> Bound:
     t0 = time.perf_counter()
     dag = _as_dag(dag)
+    if dag.n > MAX_TRAP_NODES:
+        return _fallback(dag, name, MAX_TRAP_NODES)
+    deadline = float("inf") if time_limit is None else t0 + max(0.0, float(time_limit))
     net = _net(dag)
-    cuts = _all_traps(net, np.arange(net.n, dtype=np.int64), reverse, prune_below=net.base)
+    status: dict = {}
+    cuts = _all_traps(net, np.arange(net.n, dtype=np.int64), reverse, prune_below=net.base,
+                      deadline=deadline, status=status)
+    complete = not status.get("timed_out", False)
     if cuts:
         v, c = max(cuts.items(), key=lambda kv: (kv[1].value, -kv[0]))
     if not cuts or c.value <= net.base:
-        return Bound(net.base, name, (), {"kind": "base"}, time.perf_counter() - t0,
+        return Bound(net.base, name, (), {"kind": "base"}, time.perf_counter() - t0, complete,
                      stats={"cuts": len(cuts)})
     c = _solve(net, v, reverse=reverse, flow=True)
-    return Bound(c.value, name, (v,), c.witness(), time.perf_counter() - t0, stats={"cuts": len(cuts) + 1})
+    return Bound(c.value, name, (v,), c.witness(), time.perf_counter() - t0, complete, stats={"cuts": len(cuts) + 1})
 
 
-def forward_trap_bound(dag) -> Bound:
+def forward_trap_bound(dag, *, time_limit: float | None = None) -> Bound:
     """``max(base, max_v T(v))``: the forward trap bound of a signed DAG (or tensor graph).
 
     ``T(v)`` is the least memory while ``v`` runs over every ideal it may run after (module
     docstring); one Picard minimum cut per node, skipping nodes whose cheap upper estimate
     (the ideal ``anc(v)``) cannot beat the running maximum. The witness is the max flow of
-    the critical node's network.
+    the critical node's network. With ``time_limit``, the nodes left when it expires are
+    skipped (``complete`` is False; the value is still a bound). DAGs above
+    ``MAX_TRAP_NODES`` nodes get ``max(base, end memory)``, flagged incomplete.
     """
-    return _max_trap(dag, False, "forward_trap")
+    return _max_trap(dag, False, "forward_trap", time_limit)
 
 
-def reverse_trap_bound(dag) -> Bound:
+def reverse_trap_bound(dag, *, time_limit: float | None = None) -> Bound:
     """The trap bound of the reversed program, translated back to the memory of our model.
 
     Reversing a program turns allocations into releases: edges reversed, ``delta' = -delta``,
@@ -319,7 +410,7 @@ def reverse_trap_bound(dag) -> Bound:
     different network, proved in ``proofs/trap_bounds.md`` §2. Without the ``+ delta(v)``
     shift the reversed value is not a bound on our peak (a free with transient bytes).
     """
-    return _max_trap(dag, True, "reverse_trap")
+    return _max_trap(dag, True, "reverse_trap", time_limit)
 
 
 def node_trap_values(dag, *, reverse: bool = False) -> np.ndarray:
@@ -330,6 +421,37 @@ def node_trap_values(dag, *, reverse: bool = False) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------- pair branching
+
+def _slack(net: _Net) -> float:
+    """Rounding allowance of the float screens (sums of byte counts in float64)."""
+    return 1.0 + 1e-9 * float(np.abs(net.w).sum() + net.base + int(net.t.max(initial=0)))
+
+
+def _pair_estimates(net: _Net, cand: np.ndarray, single: dict):
+    """Upper estimates ``ub_in[v, u] >= T(v | u in)``, ``ub_out[v, u] >= T(v | u out)`` over candidates.
+
+    From the cheapest ideal ``S_v`` of each single cut: ``S_v ∪ anc[u]`` and ``S_v \\ desc[u]``
+    are ideals that respect the forcing (for ``u`` incomparable with ``v``), so their memory
+    bounds the forced minimum from above; when ``S_v`` already agrees with the forcing the
+    estimate is exact (``T(v)``). Float64 matrix products (BLAS); callers add :func:`_slack`.
+    """
+    k = cand.size
+    n = net.n
+    T = np.array([single[v].value for v in cand.tolist()], np.float64)
+    S = np.stack([single[v].ideal for v in cand.tolist()])           # (k, n) bool
+    wf = net.w.astype(np.float64)
+    eye = np.zeros((k, n), bool)
+    eye[np.arange(k), cand] = True
+    ancc = (net.anc[cand] | eye).astype(np.float64)                  # (k, n): anc[u] ∪ {u}
+    descc = (net.anc.T[cand] | eye).astype(np.float64)               # (k, n): desc[u] ∪ {u}
+    ub_in = T[:, None] + np.where(S, 0.0, wf[None, :]) @ ancc.T      # [v, u]
+    ub_out = T[:, None] - np.where(S, wf[None, :], 0.0) @ descc.T    # [v, u]
+    in_S = S[:, cand]                                                # [v, u]: u in S_v
+    ub_in = np.where(in_S, T[:, None], ub_in)
+    ub_out = np.where(~in_S, T[:, None], ub_out)
+    incomparable = ~(net.anc[np.ix_(cand, cand)] | net.anc.T[np.ix_(cand, cand)]) & ~np.eye(k, dtype=bool)
+    return ub_in, ub_out, incomparable
+
 
 def pair_trap_bound(dag, *, time_limit: float = 10.0, target: int | None = None,
                     nodes=None) -> Bound:
@@ -351,42 +473,36 @@ def pair_trap_bound(dag, *, time_limit: float = 10.0, target: int | None = None,
     t0 = time.perf_counter()
     deadline = t0 + max(0.0, float(time_limit))
     dag = _as_dag(dag)
+    if dag.n > MAX_PAIR_NODES:
+        fb = forward_trap_bound(dag, time_limit=time_limit)
+        return Bound(fb.value, "pair_trap", fb.critical, fb.witness, time.perf_counter() - t0, False,
+                     dict(fb.stats, skipped=f"{dag.n} nodes exceed the {MAX_PAIR_NODES} pair branching handles"))
     net = _net(dag)
-    n = net.n
     if nodes is None:
         cand = np.flatnonzero(net.w + net.t > 0).astype(np.int64)
     else:
         cand = np.unique(np.asarray(nodes, np.int64))
     # exact single traps (and their ideals) of every candidate, plus the pruned max over all nodes
-    fwd = _max_trap(dag, False, "pair_trap")
+    fwd = _max_trap(dag, False, "pair_trap", time_limit)
     best_value, best_wit, best_crit = fwd.value, fwd.witness, fwd.critical
-    single = {v: _solve(net, v) for v in cand.tolist()}
+    single = {}
+    for v in cand.tolist():
+        if time.perf_counter() > deadline:
+            return Bound(best_value, "pair_trap", best_crit, best_wit, time.perf_counter() - t0, False,
+                         {"cuts": len(single) + fwd.stats.get("cuts", 0)})
+        single[v] = _solve(net, v)
     cuts_done = len(single) + fwd.stats.get("cuts", 0)
     stats = {"candidates": int(cand.size), "pairs_screened": 0, "pairs_examined": 0}
-    complete = True
+    complete = fwd.complete
     if target is not None and best_value >= target or cand.size < 2:
-        return Bound(best_value, "pair_trap", best_crit, best_wit, time.perf_counter() - t0, True,
+        return Bound(best_value, "pair_trap", best_crit, best_wit, time.perf_counter() - t0, complete,
                      dict(stats, cuts=cuts_done))
     k = cand.size
-    T = np.array([single[v].value for v in cand.tolist()], np.float64)
-    S = np.stack([single[v].ideal for v in cand.tolist()])           # (k, n) bool
-    wf = net.w.astype(np.float64)
-    eye = np.zeros((k, n), bool)
-    eye[np.arange(k), cand] = True
-    ancc = net.anc[cand] | eye                                         # (k, n): anc[u] ∪ {u}
-    descc = net.anc.T[cand] | eye                                      # (k, n): desc[u] ∪ {u}
-    ub_in = T[:, None] + (np.where(S, 0.0, wf[None, :]) @ ancc.T.astype(np.float64))    # [v, u]
-    ub_out = T[:, None] - (np.where(S, wf[None, :], 0.0) @ descc.T.astype(np.float64))  # [v, u]
-    # the estimate is exact for the case consistent with S_v
-    in_S = S[:, cand]                                                  # [v, u]: u in S_v
-    ub_in = np.where(in_S, T[:, None], ub_in)
-    ub_out = np.where(~in_S, T[:, None], ub_out)
-    incomparable = ~(net.anc[np.ix_(cand, cand)] | net.anc.T[np.ix_(cand, cand)]) & ~np.eye(k, dtype=bool)
+    ub_in, ub_out, incomparable = _pair_estimates(net, cand, single)
     case_before = np.maximum(ub_in, ub_out.T)     # [v, u]: u before v -> T(v|u in), T(u|v out)
     case_after = np.maximum(ub_out, ub_in.T)      # [v, u]: u after v  -> T(v|u out), T(u|v in)
     screen = np.minimum(case_before, case_after)
-    # float sums of byte counts: allow for rounding before trusting a screen to prune
-    slack = 1.0 + 1e-9 * float(np.abs(net.w).sum() + net.base + int(net.t.max(initial=0)))
+    slack = _slack(net)
     iu = np.triu_indices(k, 1)
     mask = incomparable[iu] & (screen[iu] + slack > best_value + 1)
     vi, ui = iu[0][mask], iu[1][mask]
@@ -491,11 +607,11 @@ def simple_dag_bounds(dag) -> list[Bound]:
     """
     t0 = time.perf_counter()
     dag = _as_dag(dag)
-    net = _net(dag)
-    out = [Bound(net.base, "base_memory", (), {"kind": "base"}, time.perf_counter() - t0),
-           Bound(net.end, "end_memory", (), {"kind": "end_memory"},
-                 time.perf_counter() - t0)]
-    if net.n:
+    base, end = int(dag.base), int(dag.base) + int(np.asarray(dag.delta, np.int64).sum())
+    out = [Bound(base, "base_memory", (), {"kind": "base"}, time.perf_counter() - t0),
+           Bound(end, "end_memory", (), {"kind": "end_memory"}, time.perf_counter() - t0)]
+    if 0 < dag.n <= MAX_TRAP_NODES:
+        net = _net(dag)
         val = _node_relaxation(net)
         v = int(np.argmax(val))
         out.append(Bound(int(val[v]), "node_relaxation", (v,), {"kind": "node_relaxation", "node": v},
@@ -504,21 +620,203 @@ def simple_dag_bounds(dag) -> list[Bound]:
 
 
 def _node_relaxation(net: _Net) -> np.ndarray:
-    A = net.anc.astype(np.int64)
     neg = np.minimum(net.w, 0)
-    wanc = A @ net.w
-    neg_anc = A @ neg
-    neg_desc = A.T @ neg
+    wanc, _ = _closure_sums(net.anc, net.w)
+    neg_anc, neg_desc = _closure_sums(net.anc, neg)
     neg_free = neg.sum() - neg_anc - neg_desc - neg
     return net.base + wanc + neg_free + net.w + net.t
 
 
 def best_bound(dag, *, time_limit: float = 10.0, target: int | None = None) -> Bound:
-    """The strongest of the DAG bounds: simple ones, forward trap, then pair branching if time allows."""
+    """The strongest bound within ``time_limit``: simple bounds, forward trap, pair branching, probing.
+
+    ``target`` is a known schedule's peak: the search stops as soon as the bound reaches it
+    (the schedule is then certified optimal), and probing bisects below it. Without a
+    target, probing is skipped (it needs an upper end to search below).
+    """
+    t0 = time.perf_counter()
     dag = _as_dag(dag)
     cands = simple_dag_bounds(dag) + [forward_trap_bound(dag)]
     best = max(cands, key=lambda b: b.value)
     if target is not None and best.value >= target:
         return best
-    pb = pair_trap_bound(dag, time_limit=time_limit, target=target)
-    return pb if pb.value > best.value else best
+    left = time_limit - (time.perf_counter() - t0)
+    pb = pair_trap_bound(dag, time_limit=max(0.0, left / 2), target=target)
+    best = pb if pb.value > best.value else best
+    left = time_limit - (time.perf_counter() - t0)
+    if target is not None and best.value < target and left > 0:
+        q = probing_trap_bound(dag, upper=target, time_limit=left, start=pb)
+        best = q if q.value > best.value else best
+    return best
+
+
+# ---------------------------------------------------------------------------- probing: refute a peak limit
+
+def _augment(net: _Net, new_edges) -> _Net | None:
+    """``net`` with extra precedence edges (transitive closure updated); ``None`` if they close a cycle."""
+    anc = net.anc.copy()
+    for u, v in new_edges:
+        if u == v or anc[u, v]:
+            return None
+        if anc[v, u]:
+            continue
+        rows = anc[:, v].copy()
+        rows[v] = True                     # v and its descendants ...
+        ancc_u = anc[u].copy()
+        ancc_u[u] = True
+        anc[rows] |= ancc_u                # ... now come after u and u's ancestors
+    e = np.concatenate([net.edges, np.asarray(new_edges, np.int64).reshape(-1, 2)])
+    e = np.unique(e, axis=0)               # lexicographic order
+    r = e[:, ::-1]
+    r = np.ascontiguousarray(r[np.lexsort((r[:, 1], r[:, 0]))])
+    return _Net(n=net.n, w=net.w, t=net.t, base=net.base, end=net.end, edges=e, redges=r, anc=anc, inf=net.inf)
+
+
+def _probe(net0: _Net, cand: np.ndarray, limit: int, deadline: float, stats: dict, max_tries: int = 6):
+    """Try to prove that no schedule has peak <= ``limit``; the witness dict, or None.
+
+    Rounds of edge finding on the current DAG ``D'`` (original edges + derived precedences):
+
+    * a trap of ``D'`` above ``limit`` refutes the limit (final ``cut``);
+    * for incomparable candidates ``u, v``, the hypothesis "``u`` before ``v``" is the DAG
+      ``D' + (u -> v)``; if some node's trap there exceeds ``limit``, no schedule within the
+      limit runs ``u`` before ``v``: ``v -> u`` is a derived precedence. Both orders refuted
+      means the derived edges close a cycle (final ``cycle``).
+
+    Only nodes ``x`` whose cheapest ideal ``P_x = S_x ∪ {x}`` violates the hypothesis can
+    change their trap (every other ``S_x`` stays feasible); the screen bounds their new
+    trap from above by ``P_x ∪ anc[u]`` or ``P_x \\ desc[v]`` and tries the ``max_tries``
+    most promising exactly.
+    """
+    net = net0
+    steps: list[dict] = []
+    slack = _slack(net0)
+    all_nodes = np.arange(net0.n, dtype=np.int64)
+    k = cand.size
+    thr = limit + 1 - slack
+    while True:
+        on = len(steps)
+        if time.perf_counter() > deadline:
+            return None
+        hit = _all_traps(net, all_nodes, prune_below=limit, deadline=deadline)
+        stats["cuts"] += len(hit)
+        over = [c for c in hit.values() if c.value > limit]
+        if over:
+            c = _solve(net, over[0].node, flow=True)
+            return {"steps": steps, "final": {"kind": "cut", "on": on, "cut": c.witness()}}
+        if k < 2:
+            return None
+        single = {}
+        for v in cand.tolist():
+            single[v] = hit[v] if v in hit else _solve(net, v)
+            if time.perf_counter() > deadline:
+                return None
+        stats["cuts"] += len(single)
+        T = np.array([single[v].value for v in cand.tolist()], np.float64)
+        P = np.stack([single[v].ideal for v in cand.tolist()])
+        P[np.arange(k), cand] = True                                   # P_x = S_x ∪ {x}
+        wf = net.w.astype(np.float64)
+        eye = np.zeros((k, net.n), bool)
+        eye[np.arange(k), cand] = True
+        ancc = net.anc[cand] | eye
+        descc = net.anc.T[cand] | eye
+        # ub1[x, u]: P_x ∪ anc[u]∪{u} (valid unless x ∈ anc[u]∪{u}); ub2[x, v]: P_x \ desc[v]∪{v} (unless x ∈ desc[v]∪{v})
+        ub1 = T[:, None] + np.where(P, 0.0, wf[None, :]) @ ancc.T.astype(np.float64)
+        ub2 = T[:, None] - np.where(P, wf[None, :], 0.0) @ descc.T.astype(np.float64)
+        ub1[ancc[:, cand].T] = np.inf
+        ub2[descc[:, cand].T] = np.inf
+        Pc = P[:, cand]                                                # [x, y]: y ∈ P_x
+        inc = ~(net.anc[np.ix_(cand, cand)] | net.anc.T[np.ix_(cand, cand)]) & ~np.eye(k, dtype=bool)
+        refuted: dict[tuple[int, int], _Cut] = {}
+        hyps = []
+        for iu in range(k):
+            # hypothesis u -> v violates P_x iff v ∈ P_x and u ∉ P_x, or x = u and v ∈ P_u
+            aff = Pc & ~Pc[:, iu][:, None]
+            aff[iu, :] |= Pc[iu, :]
+            ub = np.minimum(ub1[:, iu][:, None], ub2)                  # [x, v]
+            good = aff & (ub > thr)
+            cols = np.flatnonzero(good.any(axis=0) & inc[iu])
+            for iv in cols.tolist():
+                xs = np.flatnonzero(good[:, iv])
+                hyps.append((float(ub[xs, iv].max()), iu, iv, xs[np.argsort(-ub[xs, iv], kind="stable")]))
+        hyps.sort(key=lambda h: -h[0])
+        stats["hypotheses"] = stats.get("hypotheses", 0) + len(hyps)
+        for _, iu, iv, xs in hyps:
+            if time.perf_counter() > deadline:
+                return None
+            u, v = int(cand[iu]), int(cand[iv])
+            for ix in xs[:max_tries].tolist():
+                c = _solve(net, int(cand[ix]), extra=(u, v))
+                stats["cuts"] += 1
+                if c is not None and c.value > limit:
+                    refuted[(u, v)] = c
+                    break
+        if not refuted:
+            return None
+        new_edges = []
+        for (u, v), c in refuted.items():
+            cf = _solve(net, c.node, extra=(u, v), flow=True)
+            steps.append({"edge": [v, u], "on": on, "cut": cf.witness()})
+            new_edges.append((v, u))
+        stats["derived_edges"] = len(steps)
+        stats["rounds"] = stats.get("rounds", 0) + 1
+        aug = _augment(net, new_edges)
+        if aug is None:
+            return {"steps": steps, "final": {"kind": "cycle"}}
+        net = aug
+
+
+def probing_trap_bound(dag, *, upper: int | None = None, time_limit: float = 10.0, nodes=None,
+                       start: Bound | None = None) -> Bound:
+    """Pair branching turned into edge finding, by refuting peak limits (destructive bounding).
+
+    To prove ``peak > L``: assume a schedule within ``L``. For an incomparable pair, a case
+    whose pair cut exceeds ``L`` cannot occur, so the other order is a *derived precedence*;
+    adding the derived edges to the DAG only removes ideals, which raises every trap; repeat
+    until a trap (or both cases of a pair) exceeds ``L`` — then no schedule is within ``L``
+    and the bound is ``L + 1`` — or nothing new is derived (``L`` is not refuted). Sound by
+    induction over the derivation (``proofs/trap_bounds.md`` §4). The largest refutable
+    ``L`` is found by bisection between the pair bound (``start``, computed when omitted)
+    and ``upper`` (a known schedule's peak; default: a trivial upper bound), within
+    ``time_limit``. The witness lists every derived edge with its cut (on the DAG with the
+    edges derived before it) and the final contradiction.
+    """
+    t0 = time.perf_counter()
+    deadline = t0 + max(0.0, float(time_limit))
+    dag = _as_dag(dag)
+    if dag.n > MAX_PAIR_NODES:
+        return pair_trap_bound(dag, time_limit=time_limit)   # flagged incomplete fallback
+    net = _net(dag)
+    if start is None:
+        start = pair_trap_bound(dag, time_limit=max(0.0, time_limit / 4), target=upper, nodes=nodes)
+    cand = (np.flatnonzero(net.w + net.t > 0) if nodes is None else np.unique(np.asarray(nodes, np.int64))).astype(np.int64)
+    if upper is None:
+        upper = net.base + int(np.maximum(net.w, 0).sum()) + int(net.t.max(initial=0))
+    lo, hi = start.value, int(upper)      # the optimum lies in [lo, hi]
+    best = Bound(start.value, start.name, start.critical, start.witness, 0.0, start.complete, dict(start.stats))
+    stats = {"cuts": 0, "probes": 0, "refuted": []}
+    complete = True
+    while lo < hi:
+        if time.perf_counter() > deadline:
+            complete = False
+            break
+        # first try to raise the bound by one (cheapest, most useful), then bisect upward
+        L = lo if stats["probes"] == 0 else lo + (hi - lo) // 2
+        stats["probes"] += 1
+        st: dict = {"cuts": 0}
+        wit = _probe(net, cand, L, deadline, st)
+        stats["cuts"] += st["cuts"]
+        if wit is None:
+            if time.perf_counter() > deadline:
+                complete = False
+                break
+            if L == lo:
+                break                  # not even lo + 1 can be proved: stop
+            hi = L                     # treat as unrefutable; bisect below
+            continue
+        stats["refuted"].append(L)
+        lo = L + 1
+        best = Bound(L + 1, "probing_trap", (), dict({"kind": "refutation", "limit": int(L), "value": int(L + 1)}, **wit),
+                     0.0, True, {})
+    return Bound(best.value, best.name if best.name == "probing_trap" else start.name, best.critical, best.witness,
+                 time.perf_counter() - t0, complete, dict(stats, start=start.value, derived_edges=len(best.witness.get("steps", []))))

@@ -72,6 +72,9 @@ SC_ERR_ARG = 17
 SC_VICTIM = 18
 SC_STAMP = 19
 SC_GROW = 20      # what to grow: 1 slots, 2 nodes, 3 events
+SC_ST_REBUILD = 21   # statistics: region rebuilds, storages visited, absorbs
+SC_ST_VISIT = 22
+SC_ST_ABSORB = 23
 SC_NSC = 24
 
 # parameters (pa)
@@ -145,6 +148,11 @@ def _div_prod_rn(num, size, stale):
     if stale <= (np.iinfo(np.int64).max // size):
         return div_rn(num, size * stale)
     # the exact denominator needs more than 63 bits: let Python's bignums do it (rare)
+    return _div_prod_rn_big(num, size, stale)
+
+
+@njit(cache=True)
+def _div_prod_rn_big(num, size, stale):
     with objmode(res="float64"):
         res = _py_true_div(int(num), int(size), int(stale))
     return res
@@ -153,20 +161,13 @@ def _div_prod_rn(num, size, stale):
 # --------------------------------------------------------------------------------------
 # eviction pool: simrd's list (append, remove, scan in order) with tombstones
 # --------------------------------------------------------------------------------------
-@njit(cache=True)
+@njit(cache=True, inline='always')
 def _pool_add(s, pool, pool_pos, sc):
     if pool_pos[s] >= 0:
         return
     end = sc[SC_POOL_END]
     if end == pool.shape[0]:
-        j = 0
-        for i in range(end):
-            x = pool[i]
-            if x >= 0:
-                pool[j] = x
-                pool_pos[x] = j
-                j += 1
-        end = j
+        end = _pool_compact(pool, pool_pos, sc)
     pool[end] = s
     pool_pos[s] = end
     sc[SC_POOL_END] = end + 1
@@ -174,6 +175,23 @@ def _pool_add(s, pool, pool_pos, sc):
 
 
 @njit(cache=True)
+def _pool_compact(pool, pool_pos, sc):
+    """Squeeze out tombstones, keeping simrd's list order."""
+    end = sc[SC_POOL_END]
+    j = 0
+    for i in range(end):
+        x = pool[i]
+        if x >= 0:
+            pool[j] = x
+            pool_pos[x] = j
+            j += 1
+    for i in range(j, end):
+        pool[i] = -1
+    sc[SC_POOL_END] = j
+    return j
+
+
+@njit(cache=True, inline='always')
 def _pool_remove(s, pool, pool_pos, sc):
     i = pool_pos[s]
     if i < 0:
@@ -187,7 +205,7 @@ def _pool_remove(s, pool, pool_pos, sc):
 # --------------------------------------------------------------------------------------
 # union-find of evicted storages (simrd's EqClassNode), values are compute sums
 # --------------------------------------------------------------------------------------
-@njit(cache=True)
+@njit(cache=True, inline='always')
 def _uf_find(x, uf_parent):
     r = x
     while uf_parent[r] >= 0:
@@ -214,10 +232,14 @@ def _uf_new(value, uf_parent, uf_value, sc):
 # reg_bits[slot, 2*dir] = interior, reg_bits[slot, 2*dir+1] = frontier
 # --------------------------------------------------------------------------------------
 @njit(cache=True)
-def _region_rebuild(x, d, s_slot, reg_bits, reg_comp, s_material, s_compute,
-                    s_tensor_start, s_tensors, t_storage, t_op, op_arg_start, op_args,
-                    t_child_start, t_children, tcount, dfs):
+def _region_rebuild(x, d, s_slot, reg_bits, reg_comp, s_material, s_compute, t_storage,
+                    adj_start, adj_nbr, adj_stamp, tcount, dfs, sc):
+    """simrd's ``Region.rebuild``: evicted storages reachable from ``x`` through evicted
+    storages (interior, with their compute summed) and the material ones bordering them
+    (frontier, ``x`` excluded), on the storage-level graph (same sets as simrd's walk
+    over tensors' ``children`` / ``parents``)."""
     slot = s_slot[x]
+    sc[SC_ST_REBUILD] += 1
     interior = reg_bits[slot, 2 * d]
     frontier = reg_bits[slot, 2 * d + 1]
     interior[:] = 0
@@ -229,33 +251,22 @@ def _region_rebuild(x, d, s_slot, reg_bits, reg_comp, s_material, s_compute,
     while top > 0:
         top -= 1
         s = dfs[top]
-        for k in range(s_tensor_start[s], s_tensor_start[s + 1]):
-            t = s_tensors[k]
-            if t >= tcount:
+        sc[SC_ST_VISIT] += 1
+        for j in range(adj_start[d, s], adj_start[d, s + 1]):
+            if adj_stamp[j] >= tcount:
                 break
-            if d == 0:
-                lo = t_child_start[t]
-                hi = t_child_start[t + 1]
-            else:
-                op = t_op[t]
-                lo = op_arg_start[op]
-                hi = op_arg_start[op + 1]
-            for j in range(lo, hi):
-                u = t_children[j] if d == 0 else op_args[j]
-                if u >= tcount:
-                    break
-                us = t_storage[u]
-                w = us >> 6
-                bit = np.uint64(1) << np.uint64(us & 63)
-                if s_material[us]:
-                    if us != x:
-                        frontier[w] |= bit
-                    continue
-                if (interior[w] & bit) == 0:
-                    comp += s_compute[us]
-                    interior[w] |= bit
-                    dfs[top] = us
-                    top += 1
+            us = adj_nbr[j]
+            w = us >> 6
+            bit = np.uint64(1) << np.uint64(us & 63)
+            if s_material[us]:
+                if us != x:
+                    frontier[w] |= bit
+                continue
+            if (interior[w] & bit) == 0:
+                comp += s_compute[us]
+                interior[w] |= bit
+                dfs[top] = us
+                top += 1
     reg_comp[slot, d] = comp
 
 
@@ -264,6 +275,7 @@ def _region_absorb(x, d, s, s_slot, reg_bits, reg_comp, s_compute, sc):
     """Region of ``x`` (direction d) absorbs the just-evicted frontier storage ``s``."""
     xs = s_slot[x]
     ss = s_slot[s]
+    sc[SC_ST_ABSORB] += 1
     if xs < 0 or ss < 0:
         sc[SC_ERR] = ERR_ABSORB
         sc[SC_ERR_ARG] = x
@@ -385,11 +397,39 @@ def _score(s, h, exact, clock, s_size, s_la, s_compute, s_slot, reg_comp, uf_par
 
 
 @njit(cache=True)
-def _choose(h, clock, pool, sc, s_size, s_la, s_compute, s_slot, reg_comp, uf_parent,
+def _choose(h, clock, pool, pool_pos, sc, s_size, s_la, s_compute, s_slot, reg_comp, uf_parent,
             uf_value, ecn, uf_mark, s_material, s_tensor_start, s_tensors, t_storage, t_op,
-            op_arg_start, op_args, t_child_start, t_children, out_score):
+            op_arg_start, op_args, t_child_start, t_children, out_score, score_buf):
     """simrd's ``Heuristic.choose``: last minimum of the scan, stopping at a zero score."""
     end = sc[SC_POOL_END]
+    if end > 2 * sc[SC_POOL_LIVE] + 32:
+        end = _pool_compact(pool, pool_pos, sc)
+    if h == H_LRU or h == H_LARGEST:
+        # scores are exact floats already: one pass, simrd's rule verbatim
+        best = -1
+        best_cost = np.inf
+        evals = 0
+        for i in range(end):
+            s = pool[i]
+            if s < 0:
+                continue
+            evals += 1
+            if h == H_LRU:
+                la = s_la[s]
+                c = -np.inf if la == LA_NEG_INF else float(la)
+            else:
+                size = s_size[s]
+                c = 1.0 / float(size) if size > 0 else np.inf
+            if c <= best_cost:
+                best_cost = c
+                best = s
+            if c == 0.0:
+                break
+        sc[SC_EVALS] += evals
+        out_score[0] = best_cost
+        return best
+    # pass 1: cheap float scores (inline: calls with many array arguments cost more than
+    # the arithmetic), up to and including the first zero, as simrd's loop breaks there
     best_approx = np.inf
     stop = end
     evals = 0
@@ -398,17 +438,39 @@ def _choose(h, clock, pool, sc, s_size, s_la, s_compute, s_slot, reg_comp, uf_pa
         if s < 0:
             continue
         evals += 1
-        a = _score(s, h, False, clock, s_size, s_la, s_compute, s_slot, reg_comp, uf_parent,
-                   uf_value, ecn, uf_mark, sc, s_material, s_tensor_start, s_tensors,
-                   t_storage, t_op, op_arg_start, op_args, t_child_start, t_children)
+        size = s_size[s]
+        if h == H_EQCLASS:
+            num = _numerator(s, h, s_compute, s_slot, reg_comp, uf_parent, uf_value, ecn,
+                             uf_mark, sc, s_material, s_tensor_start, s_tensors, t_storage,
+                             t_op, op_arg_start, op_args, t_child_start, t_children)
+        elif h == H_DTR:
+            slot = s_slot[s]
+            num = s_compute[s] + reg_comp[slot, 0] + reg_comp[slot, 1]
+        elif h == H_MSPS:
+            num = s_compute[s] + reg_comp[s_slot[s], 1]
+        else:
+            num = s_compute[s]
+        if size <= 0:
+            a = np.inf
+        elif h == H_MSPS:
+            a = float(num) / float(size)
+        else:
+            la = s_la[s]
+            if la == LA_NEG_INF:
+                a = 0.0
+            elif clock - la <= 0:
+                a = np.inf
+            else:
+                a = float(num) / (float(size) * float(clock - la))
+        score_buf[i] = a
         if a < best_approx:
             best_approx = a
         if a == 0.0:
             stop = i + 1
             break
     sc[SC_EVALS] += evals
-    if best_approx == np.inf or h == H_LRU or h == H_LARGEST:
-        thresh = best_approx   # exact already (or all infinite)
+    if best_approx == np.inf:
+        thresh = best_approx   # all infinite: exact already
     else:
         thresh = best_approx + abs(best_approx) * 1e-11 + 1e-300
     best = -1
@@ -417,10 +479,7 @@ def _choose(h, clock, pool, sc, s_size, s_la, s_compute, s_slot, reg_comp, uf_pa
         s = pool[i]
         if s < 0:
             continue
-        a = _score(s, h, False, clock, s_size, s_la, s_compute, s_slot, reg_comp, uf_parent,
-                   uf_value, ecn, uf_mark, sc, s_material, s_tensor_start, s_tensors,
-                   t_storage, t_op, op_arg_start, op_args, t_child_start, t_children)
-        if a > thresh:
+        if score_buf[i] > thresh:
             continue
         c = _score(s, h, True, clock, s_size, s_la, s_compute, s_slot, reg_comp, uf_parent,
                    uf_value, ecn, uf_mark, sc, s_material, s_tensor_start, s_tensors,
@@ -447,7 +506,7 @@ def run(pa, sc,
         ecn, uf_parent, uf_value, uf_mark,
         fr_t, fr_remat, fr_phase, fr_i, fr_uend, ulist,
         ev_kind, ev_step, ev_record, ev_op, ev_subject, ev_size, ev_depth, ev_score,
-        out_score, tmp_def, rs_buf):
+        out_score, tmp_def, rs_buf, score_buf, adj_start, adj_nbr, adj_stamp):
     budget = pa[PA_BUDGET]
     limit = pa[PA_LIMIT]
     h = pa[PA_HEUR]
@@ -605,10 +664,11 @@ def run(pa, sc,
                 if h == H_USER:
                     sc[SC_STATUS] = ST_NEED_CHOICE
                     return ST_NEED_CHOICE
-                victim = _choose(h, sc[SC_CLOCK], pool, sc, s_size, s_la, s_compute, s_slot,
+                victim = _choose(h, sc[SC_CLOCK], pool, pool_pos, sc, s_size, s_la, s_compute, s_slot,
                                  reg_comp, uf_parent, uf_value, ecn, uf_mark, s_material,
                                  s_tensor_start, s_tensors, t_storage, t_op, op_arg_start,
-                                 op_args, t_child_start, t_children, out_score)
+                                 op_args, t_child_start, t_children, out_score,
+                                 score_buf)
                 score = out_score[0]
             if record:
                 n = sc[SC_NEVENTS]
@@ -697,11 +757,14 @@ def run(pa, sc,
             for k in range(nrs):
                 us = rs_buf[k]
                 _region_rebuild(us, 0, s_slot, reg_bits, reg_comp, s_material, s_compute,
-                                s_tensor_start, s_tensors, t_storage, t_op, op_arg_start,
-                                op_args, t_child_start, t_children, tcount, dfs)
+                                t_storage, adj_start, adj_nbr, adj_stamp, tcount, dfs, sc)
                 _region_rebuild(us, 1, s_slot, reg_bits, reg_comp, s_material, s_compute,
-                                s_tensor_start, s_tensors, t_storage, t_op, op_arg_start,
-                                op_args, t_child_start, t_children, tcount, dfs)
+                                t_storage, adj_start, adj_nbr, adj_stamp, tcount, dfs, sc)
+            # Regions of the frontier storages are rebuilt, as in simrd -- except for
+            # pinned storages: a pinned storage is never in the pool (never scored) and
+            # never evicted (its regions are never absorbed elsewhere), so simrd only ever
+            # writes their regions. Weights are pinned and feed many operators; skipping
+            # their (large, forward) regions is most of the speed-up on RNN traces.
             aff = tmp_bits[0]
             aff_rev = tmp_bits[1]
             aff[:] = 0
@@ -724,15 +787,16 @@ def run(pa, sc,
                             b += 1
                         x = (w << 6) + b
                         word ^= low
+                        if s_pinned[x]:
+                            continue   # never scored nor evicted: simrd never reads it
                         if s_slot[x] < 0 or not s_material[x]:
                             sc[SC_ERR] = ERR_REBUILD
                             sc[SC_ERR_ARG] = x
                             sc[SC_STATUS] = ST_ERROR
                             return ST_ERROR
                         _region_rebuild(x, d, s_slot, reg_bits, reg_comp, s_material,
-                                        s_compute, s_tensor_start, s_tensors, t_storage, t_op,
-                                        op_arg_start, op_args, t_child_start, t_children,
-                                        tcount, dfs)
+                                        s_compute, t_storage, adj_start, adj_nbr, adj_stamp,
+                                        tcount, dfs, sc)
         if use_eq:
             for k in range(nrs):
                 us = rs_buf[k]
@@ -788,7 +852,7 @@ def run(pa, sc,
             sc[SC_SCHED] = pos + 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline='always')
 def _lock(s, sc, s_material, s_ref_int, pool, pool_pos):
     if not s_material[s]:
         sc[SC_ERR] = ERR_LOCK_EVICTED
@@ -803,7 +867,7 @@ def _lock(s, sc, s_material, s_ref_int, pool, pool_pos):
     return True
 
 
-@njit(cache=True)
+@njit(cache=True, inline='always')
 def _unlock(s, s_ref_int, pool, pool_pos, sc):
     s_ref_int[s] -= 1
     if s_ref_int[s] == 0:
@@ -859,6 +923,8 @@ def _evict(s, sc, use_regions, use_eq, s_ref_int, s_pinned, s_is_const, s_materi
                         b += 1
                     word ^= low
                     x = (w << 6) + b
+                    if s_pinned[x]:
+                        continue       # see run(): regions of pinned storages are unused
                     if not _region_absorb(x, d, s, s_slot, reg_bits, reg_comp, s_compute, sc):
                         return False
         reg_bits[sl, :, :] = 0

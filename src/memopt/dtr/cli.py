@@ -50,15 +50,11 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     result = replay(trace, budget, args.heuristic, overhead_limit=limit)
     seconds = time.perf_counter() - t0
-    out = {
-        "trace": os.path.basename(path),
-        "heuristic": args.heuristic,
-        "ratio": float(ratio),
-        "overhead_limit": limit,
-        **result.to_dict(),
-        "seconds": round(seconds, 6),
-    }
+    out = {"trace": os.path.basename(path), **result.to_dict()}
     out.pop("log", None)
+    # The simulator names the heuristic canonically; the ratio is the one asked for.
+    out.update(heuristic=args.heuristic, ratio=float(ratio), overhead_limit=limit,
+               seconds=round(seconds, 6))
     if args.json:
         _print_json(out)
         return 0
@@ -99,6 +95,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         overhead_limit=limit,
         repeats=args.repeats,
         jobs=args.jobs,
+        timeout=args.timeout,
         progress=not args.json,
     )
     if args.plot:
@@ -122,7 +119,9 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     fail = _ratio(args.fail_ratio, "--fail")
     ok = _ratio(args.pass_ratio, "--pass")
     limit = _overhead_limit(args.overhead_limit)
-    result = explain(args.trace, fail, ok, args.heuristic, overhead_limit=limit)
+    if args.singles < 0:
+        raise MemoptError(f"--singles must be >= 0, got {args.singles}")
+    result = explain(args.trace, fail, ok, args.heuristic, overhead_limit=limit, singles=args.singles)
     if args.json:
         _print_json(result.to_dict())
     else:
@@ -170,6 +169,14 @@ def register(subparsers) -> None:
         metavar="N",
         help="worker processes (default: number of CPUs; 1 = in-process)",
     )
+    sw.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="stop any budget whose replay runs longer; it is reported as 'timeout' "
+        "(undecided) instead of pass/fail (default: no limit)",
+    )
     sw.add_argument("--plot", metavar="FILE", help="write a ratio/overhead plot (needs matplotlib)")
     sw.add_argument("--failing-only", action="store_true", help="list only failing budgets (text output)")
     sw.set_defaults(func=_cmd_sweep)
@@ -178,4 +185,12 @@ def register(subparsers) -> None:
     _add_common(ex)
     ex.add_argument("--fail", dest="fail_ratio", required=True, metavar="R1", help="a failing ratio")
     ex.add_argument("--pass", dest="pass_ratio", required=True, metavar="R2", help="a passing ratio")
+    ex.add_argument(
+        "--singles",
+        type=int,
+        default=40,
+        metavar="N",
+        help="also replay the failing budget keeping each implicated tensor alone resident, "
+        "for at most N of them (an evenly spaced sample beyond; 0 = none; default 40)",
+    )
     ex.set_defaults(func=_cmd_explain)

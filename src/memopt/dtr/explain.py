@@ -47,9 +47,9 @@ from memopt.dtr.sweep import (
     ratio_budget,
 )
 
-#: With several implicated tensors, each is also tried alone when there are at most this
-#: many (a replay each), to tell which one matters.
-MAX_SINGLE_COUNTERFACTUALS = 6
+#: With several implicated tensors, each is also tried alone (a replay each), to tell
+#: which ones matter; beyond this many, an evenly spaced sample of them is tried.
+MAX_SINGLE_COUNTERFACTUALS = 40
 
 #: For a thrash failure, how many of the most-rematerialized tensors are implicated.
 THRASH_IMPLICATED = 3
@@ -126,6 +126,10 @@ class Counterfactual:
     clock: int
     remat_compute: int
     max_memory: int
+    #: Where the counterfactual run itself ran out of memory, if it did.
+    oom_instruction: int | None = None
+    oom_op: str | None = None
+    oom_short: int | None = None
 
     @property
     def resolved(self) -> bool:
@@ -154,6 +158,14 @@ class Explanation:
     implicated_reason: str
     counterfactual: Counterfactual | None
     single_counterfactuals: tuple[Counterfactual, ...]
+    #: The failing budget with the tensor the failing run evicted at the first choice
+    #: divergence kept resident: was that decision the one that mattered?
+    divergence_counterfactual: Counterfactual | None = None
+
+    @property
+    def resolving_singles(self) -> list[str]:
+        """Implicated tensors that, kept resident alone, make the failing budget pass."""
+        return [c.keep_resident[0] for c in self.single_counterfactuals if c.resolved]
 
     def to_dict(self) -> dict:
         return {
@@ -169,6 +181,10 @@ class Explanation:
             "implicated_reason": self.implicated_reason,
             "counterfactual": self.counterfactual.to_dict() if self.counterfactual else None,
             "single_counterfactuals": [c.to_dict() for c in self.single_counterfactuals],
+            "resolving_singles": self.resolving_singles,
+            "divergence_counterfactual": (
+                self.divergence_counterfactual.to_dict() if self.divergence_counterfactual else None
+            ),
         }
 
     def to_text(self) -> str:
@@ -224,11 +240,34 @@ def _cascade_names(oom: dict) -> list[str]:
     return []
 
 
+def _trace_names(trace: Any, names: tuple[str, ...]) -> frozenset[str]:
+    """The trace-level names to keep resident for the simulator's tensor names.
+
+    The simulator names the results of a ``MUTATE`` ``<arg>$`` (a new storage), while
+    ``keep_resident`` takes names as written in the trace, where the mutated tensor
+    keeps its name; keeping that name resident keeps every storage it was bound to.
+    """
+    known = getattr(trace, "name_storages", None)
+    out = set()
+    for name in names:
+        if known is not None and name not in known and name.rstrip("$") in known:
+            name = name.rstrip("$")
+        out.add(name)
+    return frozenset(out)
+
+
 def _counterfactual(trace: Any, budget: int, heuristic: Any, overhead_limit, keep: tuple[str, ...]) -> Counterfactual:
     from memopt.dtr import replay
 
-    result = replay(trace, budget, heuristic, overhead_limit=overhead_limit, keep_resident=frozenset(keep))
-    return Counterfactual(keep, result.status, result.clock, result.remat_compute, result.max_memory)
+    result = replay(trace, budget, heuristic, overhead_limit=overhead_limit,
+                    keep_resident=_trace_names(trace, keep), record=True)
+    oom = result.log.oom if result.log is not None else None
+    return Counterfactual(
+        keep, result.status, result.clock, result.remat_compute, result.max_memory,
+        oom_instruction=getattr(oom, "instruction", None),
+        oom_op=getattr(oom, "op", None),
+        oom_short=getattr(oom, "short", None),
+    )
 
 
 def explain(
@@ -238,13 +277,14 @@ def explain(
     heuristic: Any = "dtr",
     *,
     overhead_limit: float | None = None,
-    singles: bool = True,
+    singles: int = MAX_SINGLE_COUNTERFACTUALS,
 ) -> Explanation:
     """Diagnose why ``trace_path`` fails at ``fail_ratio`` but passes at ``pass_ratio``.
 
     Raises :class:`MemoptError` if the first ratio does not fail or the second does not
-    pass. ``singles`` also replays the failing budget keeping each implicated tensor
-    alone resident (when there are at most :data:`MAX_SINGLE_COUNTERFACTUALS`).
+    pass. ``singles`` bounds the replays of the failing budget that keep one implicated
+    tensor alone resident (all of them if there are at most ``singles``, else an evenly
+    spaced sample along the cascade; 0 = none).
     """
     from memopt.dtr import replay
 
@@ -273,7 +313,10 @@ def explain(
 
     oom = _as_dict(failed.log.oom) if failed.log.oom is not None else None
     if oom:
-        implicated = tuple(dict.fromkeys(_cascade_names(oom)))
+        # The cascade runs outermost first: its head is the scheduled operator's own
+        # output (never evicted yet, so keeping it resident means nothing); the rest are
+        # the evicted tensors being recomputed, whose eviction made the cascade.
+        implicated = tuple(dict.fromkeys(_cascade_names(oom)[1:]))
         reason = "tensors being rematerialized when the allocation failed"
         if not implicated:
             # The failing allocation was a model operator with no recomputation under
@@ -291,11 +334,26 @@ def explain(
     singles_out: list[Counterfactual] = []
     if implicated:
         counterfactual = _counterfactual(trace, f_budget, heuristic, overhead_limit, implicated)
-        if singles and 1 < len(implicated) <= MAX_SINGLE_COUNTERFACTUALS:
-            for name in implicated:
+        if singles > 0 and len(implicated) > 1:
+            n = len(implicated)
+            if n <= singles:
+                picks = list(range(n))
+            elif singles == 1:
+                picks = [n - 1]  # the innermost: the recomputation the cascade bottoms out on
+            else:
+                picks = sorted({round(k * (n - 1) / (singles - 1)) for k in range(singles)})
+            for name in (implicated[i] for i in picks):
                 singles_out.append(_counterfactual(trace, f_budget, heuristic, overhead_limit, (name,)))
 
+    divergence_cf = None
+    first_choice = choice if choice is not None else (
+        divergence if divergence is not None and divergence.kind == "choice" else None)
+    if first_choice is not None and first_choice.fail is not None and first_choice.fail.get("tensor"):
+        divergence_cf = _counterfactual(trace, f_budget, heuristic, overhead_limit,
+                                        (first_choice.fail["tensor"],))
+
     return Explanation(
+        divergence_counterfactual=divergence_cf,
         trace=Path(path).name,
         heuristic=heuristic_name(heuristic),
         overhead_limit=overhead_limit,
@@ -326,6 +384,14 @@ def _fmt_eviction(ev: dict | None) -> str:
     return ", ".join(parts)
 
 
+def _abbrev(names, limit: int, sep: str = ", ") -> str:
+    names = list(names)
+    if len(names) <= limit:
+        return sep.join(names)
+    head = max(1, limit - 4)
+    return sep.join(names[:head]) + f"{sep}... ({len(names) - head - 3} more){sep}" + sep.join(names[-3:])
+
+
 def format_explanation(ex: Explanation) -> str:
     lines = [f"trace {ex.trace}, heuristic {ex.heuristic}"
              + (f", overhead limit {ex.overhead_limit}" if ex.overhead_limit else "")]
@@ -354,19 +420,26 @@ def format_explanation(ex: Explanation) -> str:
             f"short {oom.get('short')} B"
         )
         cascade = _cascade_names(oom)
-        lines.append(f"  recomputation cascade ({len(cascade)}): " + (" -> ".join(cascade) if cascade else "none"))
+        if oom.get("memory") is not None and oom.get("budget") is not None:
+            lines.append(f"  memory in use {oom['memory']} B of budget {oom['budget']} B")
+        lines.append(f"  materialization cascade ({len(cascade)}, outermost first): "
+                     + (_abbrev(cascade, 14, " -> ") if cascade else "none"))
         for key in ("locked", "pinned"):
             items = oom.get(key)
-            if items is not None:
-                shown = ", ".join(map(str, list(items)[:12])) + (" ..." if len(items) > 12 else "")
-                lines.append(f"  {key} ({len(items)}): {shown}")
+            if isinstance(items, (list, tuple)):
+                shown = ", ".join(map(str, items[:12])) + (" ..." if len(items) > 12 else "")
+                lines.append(f"  {key} storages ({len(items)}): {shown}")
+            elif items is not None:
+                extra = f", {oom[key + '_bytes']} B" if oom.get(key + "_bytes") is not None else ""
+                lines.append(f"  {key} storages: {items}{extra}")
         for key, value in oom.items():
-            if key not in known and key not in ("cascade_stack", "stack", "pending"):
+            if key not in known + ("memory", "budget", "step", "cascade_stack", "stack", "pending") and not key.endswith("_bytes"):
                 lines.append(f"  {key}: {value}")
     else:
         lines.append(f"no allocation failure: status {ex.fail.status}")
     lines.append("")
-    lines.append(f"implicated ({ex.implicated_reason}): " + (", ".join(ex.implicated) or "none"))
+    lines.append(f"implicated: {len(ex.implicated)} {ex.implicated_reason}"
+                 + (": " + _abbrev(ex.implicated, 14) if ex.implicated else ""))
     if ex.counterfactual is not None:
         cf = ex.counterfactual
         verdict = "the failure disappears" if cf.resolved else "the failure remains"
@@ -374,6 +447,24 @@ def format_explanation(ex: Explanation) -> str:
             f"counterfactual: ratio {ex.fail.ratio} keeping {len(cf.keep_resident)} tensor(s) resident: "
             f"{cf.status} ({verdict}); clock {cf.clock}, remat {cf.remat_compute}, max memory {cf.max_memory}"
         )
-        for single in ex.single_counterfactuals:
-            lines.append(f"  keeping only {single.keep_resident[0]}: {single.status}")
+        if cf.oom_instruction is not None:
+            lines.append(f"  it runs out of memory at instruction {cf.oom_instruction} ({cf.oom_op}) "
+                         f"instead, short {cf.oom_short} B")
+        if ex.single_counterfactuals:
+            fixes = ex.resolving_singles
+            tried = len(ex.single_counterfactuals)
+            sample = "" if tried == len(ex.implicated) else f" (a sample of {tried} along the cascade)"
+            lines.append(
+                f"  implicated tensors kept resident one at a time{sample}: {len(fixes)} of {tried} "
+                "resolve the failure" + (": " + _abbrev(fixes, 20) if fixes else "")
+            )
+    dcf = ex.divergence_counterfactual
+    if dcf is not None:
+        verdict = "the failure disappears" if dcf.resolved else "the failure remains"
+        where = (f" (out of memory at instruction {dcf.oom_instruction}, short {dcf.oom_short} B)"
+                 if dcf.oom_instruction is not None else "")
+        lines.append(
+            f"counterfactual: keeping {dcf.keep_resident[0]} (the failing run's first diverging "
+            f"choice) resident: {dcf.status} ({verdict}){where}"
+        )
     return "\n".join(lines)

@@ -249,6 +249,7 @@ class _State:
         self.out_score = np.zeros(1, dtype=np.float64)
         self.tmp_def = np.zeros(max_nout + 1, dtype=i64)
         self.rs_buf = np.zeros(max_nout + 1, dtype=i64)
+        self.score_buf = np.zeros(len(self.pool), dtype=np.float64)
         self.s_resident = resident
 
     def _alloc_events(self, n, old=None):
@@ -307,7 +308,8 @@ class _State:
                 self.fr_t, self.fr_remat, self.fr_phase, self.fr_i, self.fr_uend, self.ulist,
                 self.ev_kind, self.ev_step, self.ev_record, self.ev_op, self.ev_subject,
                 self.ev_size, self.ev_depth, self.ev_score,
-                self.out_score, self.tmp_def, self.rs_buf)
+                self.out_score, self.tmp_def, self.rs_buf, self.score_buf) + \
+            tr.storage_adjacency()
 
     # -- user-defined heuristics ----------------------------------------------------------
     def _eq_root(self, node):

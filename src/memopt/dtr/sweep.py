@@ -34,6 +34,12 @@ each worker parses the trace once and keeps it (with its baseline) in a per-proc
 cache, so a trace is never re-parsed per budget and never pickled per task. Remote
 executors therefore need the trace at the same path on the workers.
 
+At small budgets a replay can recompute for a very long time (simrd's answer is its
+remat limit, ``--overhead-limit``). ``timeout`` instead bounds the wall time of each
+budget: the sweep then runs on worker processes of its own, kills a worker whose
+replay overruns and records that budget as ``timeout`` -- undecided, excluded from the
+holes, and listed separately.
+
 ``repeats = N`` submits every budget N times as separate tasks (which a pool spreads
 over worker processes, started with ``spawn`` and thus with independent hash seeds), and
 flags every budget whose outcomes are not identical: the simulator must be
@@ -218,16 +224,26 @@ class SweepResult:
     repeats: int
     points: tuple[SweepPoint, ...]
     seconds: float
+    #: Per-budget time limit of the sweep (``None``: none); see :func:`run_sweep`.
+    timeout: float | None = None
     holes: tuple[tuple[Decimal, Decimal], ...] = field(init=False)
 
     def __post_init__(self) -> None:
-        index_holes = find_holes([p.passed for p in self.points])
-        holes = tuple((self.points[i].ratio, self.points[j].ratio) for i, j in index_holes)
+        # Holes are found among the decided budgets; a budget stopped by the sweep's
+        # time limit is neither a pass nor a failure.
+        decided = [p for p in self.points if p.status != "timeout"]
+        index_holes = find_holes([p.passed for p in decided])
+        holes = tuple((decided[i].ratio, decided[j].ratio) for i, j in index_holes)
         object.__setattr__(self, "holes", holes)
 
     @property
     def failing(self) -> list[SweepPoint]:
-        return [p for p in self.points if not p.passed]
+        """Budgets that ran to a failure (OOM or thrash)."""
+        return [p for p in self.points if not p.passed and p.status != "timeout"]
+
+    @property
+    def timeouts(self) -> list[SweepPoint]:
+        return [p for p in self.points if p.status == "timeout"]
 
     @property
     def nondeterministic(self) -> list[SweepPoint]:
@@ -242,7 +258,7 @@ class SweepResult:
         """The failing points that lie inside a hole."""
         inside: list[SweepPoint] = []
         for lo, hi in self.holes:
-            inside.extend(p for p in self.points if lo <= p.ratio <= hi)
+            inside.extend(p for p in self.failing if lo <= p.ratio <= hi)
         return inside
 
     def to_dict(self) -> dict:
@@ -261,6 +277,8 @@ class SweepResult:
             "holes": [[float(lo), float(hi)] for lo, hi in self.holes],
             "hole_budgets": len(self.hole_points()),
             "nondeterministic": [float(p.ratio) for p in self.nondeterministic],
+            "timeout": self.timeout,
+            "timeouts": [float(p.ratio) for p in self.timeouts],
             "seconds": round(self.seconds, 3),
         }
 
@@ -381,6 +399,126 @@ def check_trace_path(path: str | os.PathLike) -> str:
     return path
 
 
+def _executor_results(pool: cf.Executor, tasks: list[tuple[Any, tuple]]):
+    """Run ``tasks`` ``(key, args for replay_point)`` on a concurrent.futures executor;
+    yield ``(key, outcome)`` as they complete."""
+    if isinstance(pool, InlineExecutor):
+        # Submitting would run every task before the first result is seen; run them one
+        # by one instead so that progress is reported as it happens.
+        for key, args in tasks:
+            yield key, pool.submit(replay_point, *args).result()
+        return
+    futures = {pool.submit(replay_point, *args): key for key, args in tasks}
+    try:
+        for fut in cf.as_completed(futures):
+            yield futures[fut], fut.result()
+    finally:
+        for fut in futures:
+            fut.cancel()
+
+
+def _killable_worker(conn, path: str) -> None:
+    """Body of a worker process of :func:`_killable_results`: parse once, then serve."""
+    try:
+        _, base = cached_trace(path)
+        conn.send(("ready", (base.peak, base.compute)))
+    except Exception as exc:  # reported by the parent as the sweep's error
+        conn.send(("error", exc))
+        return
+    while True:
+        msg = conn.recv()
+        if msg is None:
+            return
+        key, args = msg
+        try:
+            conn.send(("done", (key, replay_point(*args))))
+        except Exception as exc:
+            conn.send(("error", exc))
+            return
+
+
+def _killable_results(path: str, jobs: int, tasks: list[tuple[Any, tuple]], timeout: float):
+    """Like :func:`_executor_results`, on ``jobs`` processes of our own, so that a budget
+    that runs longer than ``timeout`` seconds can be stopped: its worker is killed and
+    replaced, and the budget's outcome is ``status = 'timeout'``.
+
+    (A compiled replay kernel cannot be interrupted from inside its process, and
+    concurrent.futures cannot cancel a running task; hence processes we can kill.)
+    """
+    from multiprocessing.connection import wait
+
+    ctx = multiprocessing.get_context("spawn")
+    pending = list(reversed(tasks))
+    workers: dict[Any, dict] = {}  # conn -> {"proc", "task", "deadline", "ready"}
+    base: tuple[int, int] | None = None
+
+    def spawn() -> None:
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(target=_killable_worker, args=(child, path), daemon=True)
+        proc.start()
+        child.close()
+        workers[parent] = {"proc": proc, "task": None, "deadline": None, "ready": False}
+
+    def retire(conn) -> None:
+        w = workers.pop(conn)
+        if w["proc"].is_alive():
+            w["proc"].kill()
+        w["proc"].join()
+        conn.close()
+
+    try:
+        for _ in range(min(jobs, len(tasks))):
+            spawn()
+        busy = 0
+        while pending or busy:
+            for conn, w in list(workers.items()):
+                if w["ready"] and w["task"] is None and pending:
+                    key, args = pending.pop()
+                    w["task"] = (key, args)
+                    w["deadline"] = time.monotonic() + timeout
+                    conn.send((key, args))
+                    busy += 1
+            deadlines = [w["deadline"] for w in workers.values() if w["task"] is not None]
+            wait_for = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
+            for conn in wait(list(workers), timeout=wait_for):
+                try:
+                    kind, payload = conn.recv()
+                except EOFError:
+                    raise MemoptError("a sweep worker process died unexpectedly") from None
+                w = workers[conn]
+                if kind == "error":
+                    raise payload
+                if kind == "ready":
+                    w["ready"] = True
+                    base = payload
+                    continue
+                key, out = payload
+                w["task"], w["deadline"] = None, None
+                busy -= 1
+                yield key, out
+            now = time.monotonic()
+            for conn, w in list(workers.items()):
+                if w["task"] is not None and w["deadline"] <= now:
+                    key, args = w["task"]
+                    busy -= 1
+                    retire(conn)
+                    peak, compute = base if base is not None else (0, 0)
+                    out = {name: 0 for name in OUTCOME_FIELDS}
+                    out.update(status="timeout", budget=ratio_budget(Decimal(args[1]), peak),
+                               baseline_peak=peak, baseline_compute=compute, seconds=timeout)
+                    yield key, out
+                    if pending:
+                        spawn()
+    finally:
+        for conn, w in list(workers.items()):
+            if w["proc"].is_alive() and w["task"] is None:
+                try:
+                    conn.send(None)
+                except OSError:
+                    pass
+            retire(conn)
+
+
 def run_sweep(
     trace_path: str | os.PathLike,
     grid: str | Iterable[Decimal | str | float],
@@ -390,6 +528,7 @@ def run_sweep(
     repeats: int = 1,
     jobs: int = 1,
     executor: cf.Executor | None = None,
+    timeout: float | None = None,
     progress: bool = False,
 ) -> SweepResult:
     """Replay ``trace_path`` at every ratio of ``grid`` and collect outcomes and holes.
@@ -398,7 +537,10 @@ def run_sweep(
     ``executor``, when given, runs the tasks (and is not shut down); otherwise ``jobs``
     local processes (or the calling process when ``jobs == 1``). ``repeats`` re-runs
     every budget; differing outcomes are flagged on the point (``deterministic=False``)
-    and listed by :attr:`SweepResult.nondeterministic`.
+    and listed by :attr:`SweepResult.nondeterministic`. ``timeout`` (seconds per
+    budget; local processes only) stops a replay that runs longer and records the
+    budget as ``status = 'timeout'``: undecided, so it is neither a pass nor a failure
+    for the holes.
     """
     path = check_trace_path(trace_path)
     check_heuristic(heuristic)
@@ -408,6 +550,11 @@ def run_sweep(
         raise MemoptError(f"jobs must be >= 1, got {jobs}")
     if overhead_limit is not None and not overhead_limit >= 1:
         raise MemoptError(f"overhead limit must be >= 1 (a slowdown factor), got {overhead_limit}")
+    if timeout is not None:
+        if not timeout > 0:
+            raise MemoptError(f"timeout must be > 0 seconds, got {timeout}")
+        if executor is not None:
+            raise MemoptError("a per-budget timeout needs the built-in local worker processes, not an executor")
     if isinstance(grid, str):
         grid_text = grid
         ratios = parse_grid(grid)
@@ -418,33 +565,30 @@ def run_sweep(
         grid_text = ",".join(str(r) for r in ratios)
 
     abspath = os.path.abspath(path)
-    own_executor = executor is None
-    pool = make_executor(abspath, jobs) if own_executor else executor
+    # Interleave repeats (all budgets once, then again) so that a pool spreads the
+    # repeats of one budget over different workers.
+    tasks = [
+        ((i, rep), (abspath, str(ratio), heuristic, overhead_limit))
+        for rep in range(repeats)
+        for i, ratio in enumerate(ratios)
+    ]
     runs: dict[int, list[dict | None]] = {i: [None] * repeats for i in range(len(ratios))}
     t0 = time.perf_counter()
     name = Path(path).name
     failing = 0
+    own_executor = executor is None and timeout is None
+    pool = make_executor(abspath, jobs) if own_executor else executor
     try:
-        with Progress(len(ratios) * repeats, f"sweep {name[:24]}", enabled=progress) as bar:
-            futures = {}
-            # Interleave repeats (all budgets once, then again) so that a pool spreads
-            # the repeats of one budget over different workers.
-            for rep in range(repeats):
-                for i, ratio in enumerate(ratios):
-                    fut = pool.submit(replay_point, abspath, str(ratio), heuristic, overhead_limit)
-                    futures[fut] = (i, rep)
-            try:
-                for fut in cf.as_completed(futures):
-                    i, rep = futures[fut]
-                    out = fut.result()
-                    runs[i][rep] = out
-                    if rep == 0 and out["status"] != "pass":
-                        failing += 1
-                    bar.update(1, status=f"r={ratios[i]} {out['status']} failing={failing}")
-            except BaseException:
-                for fut in futures:
-                    fut.cancel()
-                raise
+        if timeout is not None:
+            stream = _killable_results(abspath, jobs, tasks, timeout)
+        else:
+            stream = _executor_results(pool, tasks)
+        with Progress(len(tasks), f"sweep {name[:24]}", enabled=progress) as bar:
+            for (i, rep), out in stream:
+                runs[i][rep] = out
+                if rep == 0 and out["status"] != "pass":
+                    failing += 1
+                bar.update(1, status=f"r={ratios[i]} {out['status']} not-pass={failing}")
     finally:
         if own_executor:
             pool.shutdown(wait=True, cancel_futures=True)
@@ -457,6 +601,8 @@ def run_sweep(
         assert base is not None
         distinct: list[dict] = []
         for out in outs:
+            if out["status"] == "timeout":  # type: ignore[index]
+                continue  # a stopped run says nothing about determinism
             key = {f: out[f] for f in OUTCOME_FIELDS}  # type: ignore[index]
             if key not in distinct:
                 distinct.append(key)
@@ -471,7 +617,7 @@ def run_sweep(
                 max_memory=base["max_memory"],
                 heuristic_evals=base["heuristic_evals"],
                 seconds=base["seconds"],
-                deterministic=len(distinct) == 1,
+                deterministic=len(distinct) <= 1,
                 variants=tuple(distinct) if len(distinct) > 1 else (),
             )
         )
@@ -485,6 +631,7 @@ def run_sweep(
         repeats=repeats,
         points=tuple(points),
         seconds=time.perf_counter() - t0,
+        timeout=timeout,
     )
 
 
@@ -524,6 +671,13 @@ def format_sweep(result: SweepResult, *, all_points: bool = False) -> str:
         lines.append(f"holes      {len(result.holes)}: {text}")
     else:
         lines.append("holes      none")
+    if result.timeouts:
+        lines.append(
+            f"timeouts   {len(result.timeouts)} budget(s) stopped after {result.timeout}s "
+            "(undecided; not counted as failures): "
+            + ", ".join(str(p.ratio) for p in result.timeouts[:20])
+            + (" ..." if len(result.timeouts) > 20 else "")
+        )
     if result.nondeterministic:
         lines.append(
             "NONDETERMINISTIC at ratios " + ", ".join(str(p.ratio) for p in result.nondeterministic)
@@ -544,14 +698,16 @@ def plot_sweep(result: SweepResult, path: str | os.PathLike) -> None:
 
     base = result.baseline_compute
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    xs = [float(p.ratio) for p in result.points if p.passed]
-    ys = [p.overhead(base) for p in result.points if p.passed]
+    # NaN at non-passing budgets breaks the line there, so a hole shows as a gap.
+    xs = [float(p.ratio) for p in result.points]
+    ys = [p.overhead(base) if p.passed else math.nan for p in result.points]
     ax.plot(xs, ys, ".-", lw=1, ms=3, label="pass: compute overhead")
-    fails = {"OOM": "x", "thrash": "v"}
+    fails = {"OOM": "x", "thrash": "v", "timeout": "|"}
     for status, marker in fails.items():
         fx = [float(p.ratio) for p in result.points if p.status == status]
         if fx:
-            ax.scatter(fx, [1.0] * len(fx), marker=marker, color="red", s=18, zorder=3, label=status)
+            color = "gray" if status == "timeout" else "red"
+            ax.scatter(fx, [1.0] * len(fx), marker=marker, color=color, s=18, zorder=3, label=status)
     # Shade each hole out to the neighbouring passing grid points' midpoints so that
     # one-point holes are visible.
     ratios = [float(p.ratio) for p in result.points]

@@ -126,6 +126,7 @@ class Trace:
     sched_record: np.ndarray
     name_storages: dict[str, tuple[int, ...]] = field(repr=False)
     _baseline: object = field(default=None, repr=False)
+    _adjacency: object = field(default=None, repr=False)
 
     @property
     def name(self) -> str:
@@ -156,9 +157,52 @@ class Trace:
             out.update(self.name_storages[n])
         return frozenset(out)
 
-    def __getstate__(self):
-        state = dict(self.__dict__)
-        return state
+    def storage_adjacency(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Storage-level graph for region traversals, both directions, deduplicated.
+
+        Returns ``(start, nbr, stamp)``: the neighbours of storage ``s`` in direction
+        ``d`` (0 = towards children, 1 = towards parents) are
+        ``nbr[start[d, s]:start[d, s + 1]]``, sorted by ``stamp``, the id of the later
+        of the two tensors joined by the edge: the edge exists in simrd's runtime once
+        ``stamp`` tensors have been created. Self-loops (aliases) are left out: simrd's
+        traversals skip them anyway.
+        """
+        if self._adjacency is None:
+            self._adjacency = _storage_adjacency(self)
+        return self._adjacency
+
+
+def _storage_adjacency(tr: Trace):
+    n_s = tr.n_storages
+    nargs = np.diff(tr.op_arg_start)
+    # tensor t -> each argument p of its operator: parent edge, created with t
+    child_t = np.repeat(np.arange(tr.n_tensors), nargs[tr.t_op])
+    parent_t = np.concatenate([tr.op_args[tr.op_arg_start[o]:tr.op_arg_start[o + 1]]
+                               for o in tr.t_op]) if tr.n_tensors else np.zeros(0, np.int64)
+    parent_t = parent_t.astype(np.int64)
+    src_s = tr.t_storage[parent_t]
+    dst_s = tr.t_storage[child_t]
+    keep = src_s != dst_s
+    src_s, dst_s, stamp = src_s[keep], dst_s[keep], child_t[keep]
+    starts, nbrs, stamps = [], [], []
+    offset = 0
+    for frm, to in ((src_s, dst_s), (dst_s, src_s)):
+        order = np.lexsort((stamp, to, frm))         # by storage, neighbour, stamp
+        f, t, st = frm[order], to[order], stamp[order]
+        first = np.ones(len(f), dtype=bool)          # earliest edge per (storage, neighbour)
+        first[1:] = (f[1:] != f[:-1]) | (t[1:] != t[:-1])
+        f, t, st = f[first], t[first], st[first]
+        order = np.lexsort((st, f))
+        f, t, st = f[order], t[order], st[order]
+        counts = np.bincount(f, minlength=n_s)
+        start = np.zeros(n_s + 1, dtype=np.int64)
+        np.cumsum(counts, out=start[1:])
+        starts.append(start + offset)
+        nbrs.append(t)
+        stamps.append(st)
+        offset += len(t)
+    return (np.stack(starts).astype(np.int64), np.concatenate(nbrs).astype(np.int64),
+            np.concatenate(stamps).astype(np.int64))
 
 
 def _err(path: str, lineno: int, msg: str) -> FormatError:

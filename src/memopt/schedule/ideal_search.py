@@ -39,11 +39,12 @@ free-move argument for trees and series-parallel graphs is the dominance used he
 Example
 -------
 >>> from memopt.core.signed_dag import SignedDAG
->>> d = SignedDAG.build(["a", "b", "c", "free_a", "free_b"], [4, 3, 2, -4, -3],
-...                     edges=[(0, 3), (1, 4), (3, 2), (4, 2)])
+>>> # a and b each produce 4 bytes that c reads; c produces 1; a's output dies after c
+>>> d = SignedDAG.build(["a", "b", "c", "free_a", "free_b"], [4, 4, 1, -4, -4],
+...                     edges=[(0, 2), (1, 2), (2, 3), (2, 4)])
 >>> r = ideal_search(d, time_limit=5)
->>> r.peak, r.optimal
-(7, True)
+>>> r.peak, r.lower_bound, r.optimal
+(9, 9, True)
 """
 
 from __future__ import annotations
@@ -60,13 +61,6 @@ INF = np.iinfo(np.int64).max // 4
 
 # memo table: at most this many bytes of keys
 _MEMO_BYTES = 192 * 1024 * 1024
-
-
-@numba.njit(cache=True)
-def _now():
-    with numba.objmode(t="float64"):
-        t = time.perf_counter()
-    return t
 
 
 @numba.njit(cache=True)
@@ -93,98 +87,132 @@ def _memo_find(keys, used, key):
         if same:
             return i
         i = (i + 1) & (cap - 1)
-    return -1 - i  # free slot, encoded
+    return -1 - i  # a free slot, encoded
+
+
+# scalar state of a (resumable) decision search, kept in one int64 array
+_TLEN, _MEM, _ADONE, _DEPTH, _ENTER, _EXP, _THR, _B, _NALLOC, _MINDEPTH, _MAXDEPTH = range(11)
 
 
 @numba.njit(cache=True)
-def _decide(B, base, delta, trans, succ_ptr, succ_idx, indeg0, is_rel, alloc_slot,
-            gplus, lb_static, use_lb,
-            memo_keys, memo_thr, memo_used, memo_count, deadline, max_expand, rule):
-    """Depth-first search for an order with peak <= B.
+def _run_cascade(v, done, deg, trail, tlen, mem, delta, succ_ptr, succ_idx, is_rel):
+    """Run node v, then every release it makes ready (transitively). Returns (tlen, mem)."""
+    done[v] = True
+    mem += delta[v]
+    trail[tlen] = v
+    tlen += 1
+    for e in range(succ_ptr[v], succ_ptr[v + 1]):
+        deg[succ_idx[e]] -= 1
+    idx = tlen - 1
+    while idx < tlen:
+        x = trail[idx]
+        idx += 1
+        for e in range(succ_ptr[x], succ_ptr[x + 1]):
+            s = succ_idx[e]
+            if deg[s] == 0 and is_rel[s] and not done[s]:
+                done[s] = True
+                mem += delta[s]
+                trail[tlen] = s
+                tlen += 1
+                for e2 in range(succ_ptr[s], succ_ptr[s + 1]):
+                    deg[succ_idx[e2]] -= 1
+    return tlen, mem
 
-    Returns (status, order, threshold, expansions): status 1 = found (``order`` is a full
-    node order), 0 = none exists (every order exceeds ``threshold - 1``... i.e. the optimum
-    is >= threshold), -1 = stopped at the deadline or expansion limit.
+
+@numba.njit(cache=True)
+def _unrun(L, done, deg, trail, tlen, mem, delta, succ_ptr, succ_idx):
+    """Take back the nodes of the trail after position L. Returns (tlen, mem)."""
+    while tlen > L:
+        tlen -= 1
+        x = trail[tlen]
+        done[x] = False
+        mem -= delta[x]
+        for e in range(succ_ptr[x], succ_ptr[x + 1]):
+            deg[succ_idx[e]] += 1
+    return tlen, mem
+
+
+@numba.njit(cache=True)
+def _account(L, tlen, trail, sign, is_rel, alloc_slot, key, D, gplus, use_lb):
+    """Key bits and state-bound sums of trail[L:tlen] (sign +1: added, -1: removed)."""
+    cnt = 0
+    for k in range(L, tlen):
+        x = trail[k]
+        if is_rel[x]:
+            continue
+        a = alloc_slot[x]
+        bit = np.uint64(1) << np.uint64(a & 63)
+        if sign > 0:
+            key[a >> 6] |= bit
+        else:
+            key[a >> 6] &= ~bit
+        cnt += 1
+        if use_lb:
+            for u in range(D.shape[0]):
+                D[u] += sign * gplus[a, u]
+    return sign * cnt
+
+
+@numba.njit(cache=True)
+def _start(sc, B, base, delta, succ_ptr, succ_idx, indeg0, is_rel, done, deg, trail, key, D, f_tlen, f_e):
+    """Reset the search state to the root (releases ready at the start already run)."""
+    n = delta.shape[0]
+    done[:] = False
+    deg[:] = indeg0
+    key[:] = 0
+    D[:] = 0
+    tlen = 0
+    mem = base
+    for v in range(n):
+        if deg[v] == 0 and is_rel[v] and not done[v]:
+            tlen, mem = _run_cascade(v, done, deg, trail, tlen, mem, delta, succ_ptr, succ_idx, is_rel)
+    sc[_TLEN] = tlen
+    sc[_MEM] = mem
+    sc[_ADONE] = 0
+    sc[_DEPTH] = 0
+    sc[_ENTER] = 1
+    sc[_EXP] = 0
+    sc[_THR] = INF
+    sc[_B] = B
+    sc[_MINDEPTH] = n
+    sc[_MAXDEPTH] = 0
+    f_tlen[0] = tlen
+    f_e[0] = INF
+
+
+@numba.njit(cache=True)
+def _search(sc, max_expand, rule, delta, trans, succ_ptr, succ_idx, is_rel, alloc_slot, gplus, lb_static, use_lb,
+            done, deg, trail, key, D, f_tlen, f_e, f_cptr, f_next, f_key, cbuf, ck1, ck2,
+            memo_keys, memo_thr, memo_used, memo_count):
+    """Continue a depth-first search for an order with peak <= sc[_B] for max_expand states.
+
+    Returns 1 (found: ``trail`` is a full node order), 0 (none exists; ``sc[_THR]`` is the
+    proven lower bound on the optimum), -1 (budget spent: call again to resume), or -2
+    (the candidate buffer is full: grow it and call again).
     """
     n = delta.shape[0]
     W = memo_keys.shape[1]
     cap = memo_used.shape[0]
-    done = np.zeros(n, np.bool_)
-    deg = indeg0.copy()
-    trail = np.empty(n, np.int64)
-    tlen = 0
-    key = np.zeros(W, np.uint64)
-    mem = base
-    n_alloc = 0
-    for v in range(n):
-        if not is_rel[v]:
-            n_alloc += 1
-    # incremental state bound: bound(v) = lb_static[v] + D[v], D[v] = sum of gplus[p, v]
-    # over the run allocating nodes p (see _group_bound_tables)
-    D = np.zeros(max(n_alloc, 1), np.int64)
-    alloc_done = 0
-
-    # frames
-    depth_cap = n_alloc + 2
-    f_tlen = np.zeros(depth_cap, np.int64)
-    f_e = np.full(depth_cap, INF, np.int64)
-    f_cptr = np.zeros(depth_cap + 1, np.int64)
-    f_next = np.zeros(depth_cap, np.int64)
-    f_key = np.zeros((depth_cap, W), np.uint64)
-    cbuf = np.empty(max(16, 8 * n_alloc), np.int64)
-    cnet = np.empty(n_alloc + 1, np.int64)
-    clev = np.empty(n_alloc + 1, np.int64)
-    ctmp = np.empty(n_alloc + 1, np.int64)
-    expansions = 0
-
-    if base > B:
-        return 0, trail[:0], base, 0
-
-    # ---- root: run releases ready at the start
-    for v in range(n):
-        if deg[v] == 0 and is_rel[v] and not done[v]:
-            # apply v and cascade
-            done[v] = True
-            mem += delta[v]
-            trail[tlen] = v
-            tlen += 1
-            for e in range(succ_ptr[v], succ_ptr[v + 1]):
-                deg[succ_idx[e]] -= 1
-            if use_lb and not is_rel[v]:
-                pa = alloc_slot[v]
-                for u in range(n_alloc):
-                    D[u] += gplus[pa, u]
-            idx = tlen - 1
-            while idx < tlen:
-                x = trail[idx]
-                idx += 1
-                for e in range(succ_ptr[x], succ_ptr[x + 1]):
-                    s = succ_idx[e]
-                    if deg[s] == 0 and is_rel[s] and not done[s]:
-                        done[s] = True
-                        mem += delta[s]
-                        trail[tlen] = s
-                        tlen += 1
-                        for e2 in range(succ_ptr[s], succ_ptr[s + 1]):
-                            deg[succ_idx[e2]] -= 1
-                        if use_lb and not is_rel[s]:
-                            pa = alloc_slot[s]
-                            for u in range(n_alloc):
-                                D[u] += gplus[pa, u]
-
-    depth = 0
-    f_tlen[0] = tlen
-    entering = True  # the frame at `depth` must be expanded (closure, memo, candidates)
-    last_check = 0
+    B = sc[_B]
+    n_alloc = sc[_NALLOC]
+    tlen = sc[_TLEN]
+    mem = sc[_MEM]
+    alloc_done = sc[_ADONE]
+    depth = sc[_DEPTH]
+    entering = sc[_ENTER] == 1
+    budget_end = sc[_EXP] + max_expand
     while True:
         if entering:
+            if sc[_EXP] >= budget_end or f_cptr[depth] + n_alloc > cbuf.shape[0]:
+                sc[_TLEN] = tlen
+                sc[_MEM] = mem
+                sc[_ADONE] = alloc_done
+                sc[_DEPTH] = depth
+                sc[_ENTER] = 1
+                return -1 if sc[_EXP] >= budget_end else -2
             entering = False
-            expansions += 1
-            if expansions - last_check >= 256:
-                last_check = expansions
-                if _now() > deadline or expansions > max_expand:
-                    return -1, trail[:0], 0, expansions
-            # ---- closure under free moves
+            sc[_EXP] += 1
+            # ---- closure under free moves (dominance: see the module docstring)
             fe = INF
             changed = True
             while changed:
@@ -197,55 +225,19 @@ def _decide(B, base, delta, trans, succ_ptr, succ_idx, indeg0, is_rel, alloc_slo
                         if lev < fe:
                             fe = lev
                         continue
-                    # tentative apply v and its release cascade
                     L = tlen
                     m0 = mem
-                    done[v] = True
-                    mem += delta[v]
-                    trail[tlen] = v
-                    tlen += 1
-                    for e in range(succ_ptr[v], succ_ptr[v + 1]):
-                        deg[succ_idx[e]] -= 1
-                    idx = tlen - 1
-                    while idx < tlen:
-                        x = trail[idx]
-                        idx += 1
-                        for e in range(succ_ptr[x], succ_ptr[x + 1]):
-                            s = succ_idx[e]
-                            if deg[s] == 0 and is_rel[s] and not done[s]:
-                                done[s] = True
-                                mem += delta[s]
-                                trail[tlen] = s
-                                tlen += 1
-                                for e2 in range(succ_ptr[s], succ_ptr[s + 1]):
-                                    deg[succ_idx[e2]] -= 1
+                    tlen, mem = _run_cascade(v, done, deg, trail, tlen, mem, delta, succ_ptr, succ_idx, is_rel)
                     if mem <= m0:
-                        # free: keep it; finish the bookkeeping of the applied nodes
-                        for k in range(L, tlen):
-                            x = trail[k]
-                            if not is_rel[x]:
-                                a = alloc_slot[x]
-                                key[a >> 6] |= np.uint64(1) << np.uint64(a & 63)
-                                alloc_done += 1
-                            if use_lb and not is_rel[x]:
-                                pa = alloc_slot[x]
-                                for u in range(n_alloc):
-                                    D[u] += gplus[pa, u]
+                        alloc_done += _account(L, tlen, trail, 1, is_rel, alloc_slot, key, D, gplus, use_lb)
                         changed = True
                     else:
-                        while tlen > L:
-                            tlen -= 1
-                            x = trail[tlen]
-                            done[x] = False
-                            mem -= delta[x]
-                            for e in range(succ_ptr[x], succ_ptr[x + 1]):
-                                deg[succ_idx[e]] += 1
+                        tlen, mem = _unrun(L, done, deg, trail, tlen, mem, delta, succ_ptr, succ_idx)
             if fe < f_e[depth]:
                 f_e[depth] = fe
-            if alloc_done == n_alloc:
-                # every allocating node ran; remaining releases are ready by closure
-                if tlen == n:
-                    return 1, trail.copy(), 0, expansions
+            if alloc_done == n_alloc and tlen == n:
+                sc[_TLEN] = tlen
+                return 1
             f_key[depth, :] = key
             slot = _memo_find(memo_keys, memo_used, key)
             dead = False
@@ -266,7 +258,7 @@ def _decide(B, base, delta, trans, succ_ptr, succ_idx, indeg0, is_rel, alloc_slo
                     dead = True
                     if worst < f_e[depth]:
                         f_e[depth] = worst
-            # ---- candidates
+            # ---- branching candidates, sorted by (net memory change, level)
             start = f_cptr[depth]
             nc = 0
             if not dead:
@@ -278,57 +270,27 @@ def _decide(B, base, delta, trans, succ_ptr, succ_idx, indeg0, is_rel, alloc_slo
                         if lev < f_e[depth]:
                             f_e[depth] = lev
                         continue
-                    # net memory change of v with its release cascade
                     L = tlen
                     m0 = mem
-                    done[v] = True
-                    mem += delta[v]
-                    trail[tlen] = v
-                    tlen += 1
-                    for e in range(succ_ptr[v], succ_ptr[v + 1]):
-                        deg[succ_idx[e]] -= 1
-                    idx = tlen - 1
-                    while idx < tlen:
-                        x = trail[idx]
-                        idx += 1
-                        for e in range(succ_ptr[x], succ_ptr[x + 1]):
-                            s = succ_idx[e]
-                            if deg[s] == 0 and is_rel[s] and not done[s]:
-                                done[s] = True
-                                mem += delta[s]
-                                trail[tlen] = s
-                                tlen += 1
-                                for e2 in range(succ_ptr[s], succ_ptr[s + 1]):
-                                    deg[succ_idx[e2]] -= 1
+                    tlen, mem = _run_cascade(v, done, deg, trail, tlen, mem, delta, succ_ptr, succ_idx, is_rel)
                     net = mem - m0
-                    while tlen > L:
-                        tlen -= 1
-                        x = trail[tlen]
-                        done[x] = False
-                        mem -= delta[x]
-                        for e in range(succ_ptr[x], succ_ptr[x + 1]):
-                            deg[succ_idx[e]] += 1
-                    # insertion sort by (net, level, id)
+                    tlen, mem = _unrun(L, done, deg, trail, tlen, mem, delta, succ_ptr, succ_idx)
+                    k1, k2 = net, lev
                     if rule == 1:
-                        net, lev = lev, net
-                    elif rule == 2:
-                        lev = -lev
-                    j = nc
-                    while j > 0 and (cnet[j - 1] > net or (cnet[j - 1] == net and clev[j - 1] > lev)):
-                        cnet[j] = cnet[j - 1]
-                        clev[j] = clev[j - 1]
-                        ctmp[j] = ctmp[j - 1]
+                        k1, k2 = lev, net
+                    elif rule >= 2:
+                        # seeded tie-breaking noise for restarts
+                        k2 = (v * 2654435761 + rule * 40503) % 1000003
+                    j = start + nc
+                    while j > start and (ck1[j - 1] > k1 or (ck1[j - 1] == k1 and ck2[j - 1] > k2)):
+                        cbuf[j] = cbuf[j - 1]
+                        ck1[j] = ck1[j - 1]
+                        ck2[j] = ck2[j - 1]
                         j -= 1
-                    cnet[j] = net
-                    clev[j] = lev
-                    ctmp[j] = v
+                    cbuf[j] = v
+                    ck1[j] = k1
+                    ck2[j] = k2
                     nc += 1
-                if start + nc > cbuf.shape[0]:
-                    nb = np.empty(2 * (start + nc), np.int64)
-                    nb[:start] = cbuf[:start]
-                    cbuf = nb
-                for k in range(nc):
-                    cbuf[start + k] = ctmp[k]
             f_cptr[depth + 1] = start + nc
             f_next[depth] = start
             continue
@@ -338,42 +300,17 @@ def _decide(B, base, delta, trans, succ_ptr, succ_idx, indeg0, is_rel, alloc_slo
             v = cbuf[f_next[depth]]
             f_next[depth] += 1
             L = tlen
-            done[v] = True
-            mem += delta[v]
-            trail[tlen] = v
-            tlen += 1
-            for e in range(succ_ptr[v], succ_ptr[v + 1]):
-                deg[succ_idx[e]] -= 1
-            idx = tlen - 1
-            while idx < tlen:
-                x = trail[idx]
-                idx += 1
-                for e in range(succ_ptr[x], succ_ptr[x + 1]):
-                    s = succ_idx[e]
-                    if deg[s] == 0 and is_rel[s] and not done[s]:
-                        done[s] = True
-                        mem += delta[s]
-                        trail[tlen] = s
-                        tlen += 1
-                        for e2 in range(succ_ptr[s], succ_ptr[s + 1]):
-                            deg[succ_idx[e2]] -= 1
-            for k in range(L, tlen):
-                x = trail[k]
-                if not is_rel[x]:
-                    a = alloc_slot[x]
-                    key[a >> 6] |= np.uint64(1) << np.uint64(a & 63)
-                    alloc_done += 1
-                if use_lb and not is_rel[x]:
-                    pa = alloc_slot[x]
-                    for u in range(n_alloc):
-                        D[u] += gplus[pa, u]
+            tlen, mem = _run_cascade(v, done, deg, trail, tlen, mem, delta, succ_ptr, succ_idx, is_rel)
+            alloc_done += _account(L, tlen, trail, 1, is_rel, alloc_slot, key, D, gplus, use_lb)
             depth += 1
+            if depth > sc[_MAXDEPTH]:
+                sc[_MAXDEPTH] = depth
             f_tlen[depth] = L
             f_e[depth] = INF
             entering = True
             continue
 
-        # frame exhausted: its ideal is dead below f_e[depth]
+        # frame exhausted: its ideal is dead for every bound below f_e[depth]
         e_val = f_e[depth]
         slot = _memo_find(memo_keys, memo_used, f_key[depth])
         if slot >= 0:
@@ -386,25 +323,14 @@ def _decide(B, base, delta, trans, succ_ptr, succ_idx, indeg0, is_rel, alloc_slo
             memo_thr[s] = e_val
             memo_count[0] += 1
         if depth == 0:
-            return 0, trail[:0], e_val, expansions
-        # undo the entering move of this frame and its closure
+            sc[_THR] = e_val
+            return 0
         L = f_tlen[depth]
-        while tlen > L:
-            tlen -= 1
-            x = trail[tlen]
-            done[x] = False
-            mem -= delta[x]
-            for e in range(succ_ptr[x], succ_ptr[x + 1]):
-                deg[succ_idx[e]] += 1
-            if not is_rel[x]:
-                a = alloc_slot[x]
-                key[a >> 6] &= ~(np.uint64(1) << np.uint64(a & 63))
-                alloc_done -= 1
-            if use_lb and not is_rel[x]:
-                pa = alloc_slot[x]
-                for u in range(n_alloc):
-                    D[u] -= gplus[pa, u]
+        alloc_done += _account(L, tlen, trail, -1, is_rel, alloc_slot, key, D, gplus, use_lb)
+        tlen, mem = _unrun(L, done, deg, trail, tlen, mem, delta, succ_ptr, succ_idx)
         depth -= 1
+        if depth < sc[_MINDEPTH]:
+            sc[_MINDEPTH] = depth
         if e_val < f_e[depth]:
             f_e[depth] = e_val
 
@@ -532,24 +458,88 @@ class IdealSearch:
 
     def root_bound(self) -> int:
         """The state bound at the empty ideal (a valid lower bound on the optimum)."""
-        d = self.dag
-        lb = int(d.base)
-        if self.n_alloc:
-            if self.use_lb:
-                lb = max(lb, int(self.lb_static.max()))
-            else:
-                lb = max(lb, int((d.base + self.delta + self.trans)[~self.is_rel].min()))
+        lb = int(self.dag.base)
+        if self.n_alloc and self.use_lb:
+            lb = max(lb, int(self.lb_static.max()))
         return lb
 
-    def decide(self, bound: int, deadline: float, max_expand: int = 1 << 62):
-        """``(status, order, threshold)``: 1 found (order), 0 infeasible (optimum >= threshold), -1 timeout."""
-        d = self.dag
-        st, order, thr, ex = _decide(np.int64(bound), np.int64(d.base), self.delta, self.trans, d.succ_ptr, d.succ_idx,
-                                     self.indeg, self.is_rel, self.alloc_slot, self.gplus, self.lb_static,
-                                     self.use_lb, self.memo_keys, self.memo_thr, self.memo_used, self.memo_count,
-                                     float(deadline), np.int64(max_expand), self.rule)
-        self.expansions += int(ex)
-        return int(st), (np.asarray(order, np.int64) if st == 1 else None), int(thr)
+    def runner(self, bound: int) -> "_Run":
+        """A resumable decision search for ``peak <= bound`` sharing this table of dead ideals."""
+        return _Run(self, int(bound))
+
+    def decide(self, bound: int, deadline: float):
+        """``(status, order, threshold)``: 1 found (``order``), 0 none exists (the optimum is at
+        least ``threshold > bound``), -1 the deadline came first."""
+        run = self.runner(bound)
+        st = run.advance(deadline)
+        return st, run.order, run.threshold
+
+
+class _Run:
+    """State of one depth-first decision search (all arrays, so it can pause and resume)."""
+
+    def __init__(self, s: IdealSearch, bound: int):
+        self.s = s
+        d = s.dag
+        n, na = d.n, s.n_alloc
+        self.bound = bound
+        self.sc = np.zeros(11, np.int64)
+        self.sc[_NALLOC] = na
+        self.done = np.zeros(n, np.bool_)
+        self.deg = s.indeg.copy()
+        self.trail = np.zeros(n, np.int64)
+        W = s.memo_keys.shape[1]
+        self.key = np.zeros(W, np.uint64)
+        self.D = np.zeros(max(1, na), np.int64)
+        self.f_tlen = np.zeros(na + 2, np.int64)
+        self.f_e = np.zeros(na + 2, np.int64)
+        self.f_cptr = np.zeros(na + 3, np.int64)
+        self.f_next = np.zeros(na + 2, np.int64)
+        self.f_key = np.zeros((na + 2, W), np.uint64)
+        size = max(64, 8 * na)
+        self.cbuf = np.zeros(size, np.int64)
+        self.ck1 = np.zeros(size, np.int64)
+        self.ck2 = np.zeros(size, np.int64)
+        self.status = -1
+        self.order = None
+        self.threshold = None
+        self.chunk = 2048
+        _start(self.sc, np.int64(bound), np.int64(d.base), s.delta, d.succ_ptr, d.succ_idx, s.indeg, s.is_rel,
+               self.done, self.deg, self.trail, self.key, self.D, self.f_tlen, self.f_e)
+        if d.base > bound:  # the memory at the start already exceeds the bound
+            self.status, self.threshold = 0, int(d.base)
+
+    def advance(self, deadline: float) -> int:
+        """Search until an answer or ``deadline``; 1 found, 0 infeasible, -1 paused."""
+        s, d = self.s, self.s.dag
+        while self.status == -1:
+            if time.perf_counter() >= deadline:
+                return -1
+            t0 = time.perf_counter()
+            before = int(self.sc[_EXP])
+            st = _search(self.sc, np.int64(self.chunk), s.rule, s.delta, s.trans, d.succ_ptr, d.succ_idx, s.is_rel,
+                         s.alloc_slot, s.gplus, s.lb_static, s.use_lb, self.done, self.deg, self.trail, self.key, self.D,
+                         self.f_tlen, self.f_e, self.f_cptr, self.f_next, self.f_key, self.cbuf, self.ck1, self.ck2,
+                         s.memo_keys, s.memo_thr, s.memo_used, s.memo_count)
+            s.expansions += int(self.sc[_EXP]) - before
+            if st == -2:
+                for name in ("cbuf", "ck1", "ck2"):
+                    old = getattr(self, name)
+                    new = np.zeros(2 * old.shape[0], np.int64)
+                    new[:old.shape[0]] = old
+                    setattr(self, name, new)
+                continue
+            if st == -1:
+                # aim at about 20 ms per call, so that deadlines are kept closely
+                spent = time.perf_counter() - t0
+                self.chunk = int(max(64, min(self.chunk * 4, self.chunk * 0.02 / spent if spent > 0 else self.chunk * 4)))
+                continue
+            self.status = int(st)
+            if st == 1:
+                self.order = self.trail.copy()
+            else:
+                self.threshold = int(self.sc[_THR])
+        return self.status
 
 
 def _external_bound(dag: SignedDAG) -> int:
@@ -597,45 +587,50 @@ def ideal_search(dag: SignedDAG, *, time_limit: float = 10.0, initial_order=None
         validate_node_order(dag, best_order)
         hi = dag_peak(dag, best_order)
     # incumbents: a greedy dive of this search (no bound), and the project's greedy rules
-    st, order, _ = search.decide(INF, deadline=time.perf_counter() + 3600.0)
+    st, order, _ = search.decide(INF, deadline=deadline)
     if st == 1:
         p = dag_peak(dag, order)
         if hi is None or p < hi:
             best_order, hi = order, p
-    try:
+    if hi is None or lo < hi:
         from memopt.schedule.greedy import greedy_dag_order
+
         order = np.asarray(greedy_dag_order(dag), np.int64)
         p = dag_peak(dag, order)
-        if p < hi:
+        if hi is None or p < hi:
             best_order, hi = order, p
-    except ImportError:  # pragma: no cover - greedy is part of the package
-        pass
-    if use_trap_bounds and lo < hi:
+    if use_trap_bounds and lo < hi and time.perf_counter() < deadline:
         lo = max(lo, _external_bound(dag))
         stats["trap_bound"] = lo
     stats["initial_upper"] = int(hi)
-    timed_out = False
-    # Time-sliced runs: alternately try to prove the lower bound (B = lo) and to improve the
-    # incumbent (B halfway). A run that runs out of its slice teaches nothing directly, but
-    # its dead ideals stay in the table for the next runs; slices grow geometrically.
-    slice_s = 0.25
-    mode = 0
-    while lo < hi:
-        now = time.perf_counter()
-        if now >= deadline:
-            timed_out = True
-            break
-        B = lo if mode == 0 else lo + (hi - 1 - lo) // 2
-        stats["runs"] += 1
-        st, order, thr = search.decide(B, min(deadline, now + slice_s))
+    # Resumable decision searches share the table of dead ideals: one at B = lo (its success
+    # proves optimality, its failure raises lo to its threshold), one halfway between lo and
+    # the incumbent (bisection), and one just below the incumbent (a loose bound: a quick
+    # dive that improves the incumbent step by step). They take turns in growing slices.
+    runs: dict = {}
+    slice_s, turn = 0.05, 0
+    while lo < hi and time.perf_counter() < deadline:
+        targets = {"prove": lo, "bisect": lo + (hi - 1 - lo) // 2, "step": hi - 1}
+        for name, b in targets.items():
+            r = runs.get(name)
+            if r is not None and (r.bound >= hi or r.bound < lo or r.status != -1):
+                r = runs[name] = None
+            if r is None and b not in [x.bound for x in runs.values() if x is not None]:
+                runs[name] = search.runner(b)
+                stats["runs"] += 1
+        live = [runs[k] for k in ("prove", "bisect", "step") if runs.get(k) is not None]
+        run = live[turn % len(live)]
+        turn += 1
+        st = run.advance(min(deadline, time.perf_counter() + slice_s))
         if st == 1:
-            p = dag_peak(dag, order)
-            best_order, hi = order, min(hi, p)
+            p = dag_peak(dag, run.order)
+            if p < hi:
+                best_order, hi = run.order, p
         elif st == 0:
-            lo = max(lo, thr, B + 1)
-        elif mode == 1:
-            slice_s *= 2.0
-        mode ^= 1
+            lo = max(lo, run.threshold, run.bound + 1)
+        else:
+            slice_s = min(slice_s * 1.2, 2.0)
+    timed_out = lo < hi
     lo = min(lo, hi)
     stats.update(expansions=search.expansions, memo_entries=int(search.memo_count[0]), timed_out=timed_out)
     return ExactResult(order=best_order, peak=int(hi), lower_bound=int(lo), optimal=bool(lo == hi),

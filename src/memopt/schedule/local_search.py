@@ -49,10 +49,11 @@ from memopt.errors import ScheduleError
 __all__ = ["local_search_dag", "local_search_order"]
 
 _NEG = -(2 ** 62)
+_POS = 2 ** 62
 
 
 @numba.njit(cache=True)
-def _rebuild(order, delta, trans, base, P, run, pm, pc, sm, sc):
+def _rebuild(order, delta, trans, base, P, run, pm, pc, sm, sc, slack):
     """Prefix sums ``P[k+1]`` (``P[0] = base``), profile ``run``, prefix/suffix maxima and
     counts of steps at the peak; returns (peak, count)."""
     n = order.shape[0]
@@ -64,17 +65,18 @@ def _rebuild(order, delta, trans, base, P, run, pm, pc, sm, sc):
         run[k] = P[k + 1] + trans[v]
         if run[k] > peak:
             peak = run[k]
+    thr = peak - (peak - base) // slack if slack > 0 else peak
     pm[0] = _NEG
     pc[0] = 0
     for k in range(n):
         pm[k + 1] = pm[k] if pm[k] > run[k] else run[k]
-        pc[k + 1] = pc[k] + (1 if run[k] == peak else 0)
+        pc[k + 1] = pc[k] + (1 if run[k] >= thr else 0)
     sm[n] = _NEG
     sc[n] = 0
     for k in range(n - 1, -1, -1):
         sm[k] = sm[k + 1] if sm[k + 1] > run[k] else run[k]
-        sc[k] = sc[k + 1] + (1 if run[k] == peak else 0)
-    return peak, pc[n]
+        sc[k] = sc[k + 1] + (1 if run[k] >= thr else 0)
+    return peak, pc[n], thr
 
 
 @numba.njit(cache=True)
@@ -116,7 +118,7 @@ def _move_block(order, pos, i, b, j, tmp):
 
 
 @numba.njit(cache=True)
-def _best_block_move(i, b, lo, hi, order, delta, trans, base, P, run, pm, pc, sm, sc, peak, cnt, inner):
+def _best_block_move(i, b, lo, hi, order, delta, trans, base, P, run, pm, pc, sm, sc, peak, cnt, inner, thr):
     """Best place for the block ``order[i:i+b]`` within ``[lo, hi]`` that improves
     ``(peak, count)``; returns (peak, count, j) with ``j = -1`` when there is none."""
     dB = 0
@@ -137,7 +139,7 @@ def _best_block_move(i, b, lo, hi, order, delta, trans, base, P, run, pm, pc, sm
         rj = run[j] + dB
         if rj > seg_max:
             seg_max = rj
-        if rj == peak:
+        if rj >= thr:
             seg_eq += 1
         if seg_max > peak:
             break  # the shifted segment only grows as j decreases
@@ -158,7 +160,7 @@ def _best_block_move(i, b, lo, hi, order, delta, trans, base, P, run, pm, pc, sm
         else:
             c = pc[j] + sc[i + b] + seg_eq
             for k in range(b):
-                if lvl + inner[k] == peak:
+                if lvl + inner[k] >= thr:
                     c += 1
         if np_ < bp or (np_ == bp and c < bc):
             bp, bc, bj = np_, c, j
@@ -169,7 +171,7 @@ def _best_block_move(i, b, lo, hi, order, delta, trans, base, P, run, pm, pc, sm
         rj = run[j] - dB
         if rj > seg_max:
             seg_max = rj
-        if rj == peak:
+        if rj >= thr:
             seg_eq += 1
         if seg_max > peak:
             break
@@ -190,11 +192,248 @@ def _best_block_move(i, b, lo, hi, order, delta, trans, base, P, run, pm, pc, sm
         else:
             c = pc[i] + sc[j + 1] + seg_eq
             for k in range(b):
-                if lvl + inner[k] == peak:
+                if lvl + inner[k] >= thr:
                     c += 1
         if np_ < bp or (np_ == bp and c < bc):
             bp, bc, bj = np_, c, j
     return bp, bc, bj
+
+
+@numba.njit(cache=True)
+def _closure_eval(i, b, j, order, delta, trans, P, mark, stamp, thr, earlier):
+    """Count of steps at ``peak`` inside the segment after the closure move to ``j``
+    (``mark[u] == stamp`` flags the ancestors, resp. descendants, that move along)."""
+    c = 0
+    if earlier:
+        lvl = P[j]
+        for k in range(j, i):  # ancestors first
+            u = order[k]
+            if mark[u] == stamp:
+                lvl += delta[u]
+                if lvl + trans[u] >= thr:
+                    c += 1
+        for k in range(i, i + b):
+            u = order[k]
+            lvl += delta[u]
+            if lvl + trans[u] >= thr:
+                c += 1
+        for k in range(j, i):
+            u = order[k]
+            if mark[u] != stamp:
+                lvl += delta[u]
+                if lvl + trans[u] >= thr:
+                    c += 1
+    else:
+        lvl = P[i]
+        for k in range(i + b, j + 1):  # the others first
+            u = order[k]
+            if mark[u] != stamp:
+                lvl += delta[u]
+                if lvl + trans[u] >= thr:
+                    c += 1
+        for k in range(i, i + b):
+            u = order[k]
+            lvl += delta[u]
+            if lvl + trans[u] >= thr:
+                c += 1
+        for k in range(i + b, j + 1):
+            u = order[k]
+            if mark[u] == stamp:
+                lvl += delta[u]
+                if lvl + trans[u] >= thr:
+                    c += 1
+    return c
+
+
+@numba.njit(cache=True)
+def _mark_closure(i, b, j, order, pred_ptr, pred_idx, succ_ptr, succ_idx, pos, mark, stamp):
+    """Flag the nodes of the segment between ``j`` and the block that must move with it."""
+    for k in range(i, i + b):
+        mark[order[k]] = stamp
+    if j < i:
+        for k in range(i - 1, j - 1, -1):
+            u = order[k]
+            for e in range(succ_ptr[u], succ_ptr[u + 1]):
+                if mark[succ_idx[e]] == stamp:
+                    mark[u] = stamp
+                    break
+    else:
+        for k in range(i + b, j + 1):
+            u = order[k]
+            for e in range(pred_ptr[u], pred_ptr[u + 1]):
+                if mark[pred_idx[e]] == stamp:
+                    mark[u] = stamp
+                    break
+
+
+@numba.njit(cache=True)
+def _apply_closure(i, b, j, order, pos, mark, stamp, tmp):
+    """Rewrite the segment: ancestors, block, others (earlier) / others, block, descendants."""
+    m = 0
+    if j < i:
+        for k in range(j, i):
+            if mark[order[k]] == stamp:
+                tmp[m] = order[k]
+                m += 1
+        for k in range(i, i + b):
+            tmp[m] = order[k]
+            m += 1
+        for k in range(j, i):
+            if mark[order[k]] != stamp:
+                tmp[m] = order[k]
+                m += 1
+        for k in range(m):
+            order[j + k] = tmp[k]
+            pos[tmp[k]] = j + k
+    else:
+        for k in range(i + b, j + 1):
+            if mark[order[k]] != stamp:
+                tmp[m] = order[k]
+                m += 1
+        for k in range(i, i + b):
+            tmp[m] = order[k]
+            m += 1
+        for k in range(i + b, j + 1):
+            if mark[order[k]] == stamp:
+                tmp[m] = order[k]
+                m += 1
+        for k in range(m):
+            order[i + k] = tmp[k]
+            pos[tmp[k]] = i + k
+
+
+@numba.njit(cache=True)
+def _best_closure_move(i, b, order, delta, trans, base, P, run, pm, pc, sm, sc, peak, cnt, inner,
+                       pred_ptr, pred_idx, succ_ptr, succ_idx, mark, stamp, thr, reach):
+    """Best closure move of the block ``order[i:i+b]``: to an earlier place together with
+    its ancestors in between, or to a later place together with its descendants in between.
+    Returns (peak, count, j, stamp used); ``j = -1`` when nothing improves ``(peak, count)``."""
+    n = order.shape[0]
+    dB = 0
+    m = _NEG
+    for k in range(b):
+        v = order[i + k]
+        dB += delta[v]
+        inner[k] = dB + trans[v]
+        if inner[k] > m:
+            m = inner[k]
+    bp = peak
+    bc = cnt
+    bj = -1
+    bstamp = -1
+    exact_left = 4
+    # earlier, scanning j = i-1 .. 0; relative to L = P[j]: A (ancestors) then block then R
+    stamp += 1
+    for k in range(i, i + b):
+        mark[order[k]] = stamp
+    a_sum = 0
+    a_max = _NEG
+    r_sum = 0
+    r_max = _NEG
+    for j in range(i - 1, max(-1, i - 1 - reach), -1):
+        u = order[j]
+        is_anc = False
+        for e in range(succ_ptr[u], succ_ptr[u + 1]):
+            if mark[succ_idx[e]] == stamp:
+                is_anc = True
+                break
+        du = delta[u]
+        x = du + trans[u]
+        if is_anc:
+            mark[u] = stamp
+            a_max = x if x > a_max + du else a_max + du
+            a_sum += du
+        else:
+            r_max = x if x > r_max + du else r_max + du
+            r_sum += du
+        L = P[j]
+        seg = a_max
+        if a_sum + m > seg:
+            seg = a_sum + m
+        if a_sum + dB + r_max > seg:
+            seg = a_sum + dB + r_max
+        np_ = L + seg
+        if pm[j] > np_:
+            np_ = pm[j]
+        if sm[i + b] > np_:
+            np_ = sm[i + b]
+        if base > np_:
+            np_ = base
+        if np_ > peak:
+            continue
+        if np_ < peak:
+            c = 0
+        else:
+            # steps at the peak (or above thr) inside the segment before and after the move;
+            # exact counting is O(segment), so it is rationed
+            old_seg = pc[i + b] - pc[j]
+            if old_seg == 0:
+                continue
+            if L + seg < thr:
+                c = cnt - old_seg
+            elif old_seg >= 2 and exact_left > 0:
+                exact_left -= 1
+                c = pc[j] + sc[i + b] + _closure_eval(i, b, j, order, delta, trans, P, mark, stamp, thr, True)
+            else:
+                continue
+        if np_ < bp or (np_ == bp and c < bc):
+            bp, bc, bj, bstamp = np_, c, j, stamp
+    # later, scanning j = i+b .. n-1; relative to L = P[i]: R then block then D (descendants)
+    stamp += 1
+    for k in range(i, i + b):
+        mark[order[k]] = stamp
+    d_sum = 0
+    d_max = _NEG
+    r_sum = 0
+    r_max = _NEG
+    L = P[i]
+    for j in range(i + b, min(n, i + b + reach)):
+        u = order[j]
+        is_desc = False
+        for e in range(pred_ptr[u], pred_ptr[u + 1]):
+            if mark[pred_idx[e]] == stamp:
+                is_desc = True
+                break
+        du = delta[u]
+        if is_desc:
+            mark[u] = stamp
+            if d_sum + du + trans[u] > d_max:
+                d_max = d_sum + du + trans[u]
+            d_sum += du
+        else:
+            if r_sum + du + trans[u] > r_max:
+                r_max = r_sum + du + trans[u]
+            r_sum += du
+        seg = r_max
+        if r_sum + m > seg:
+            seg = r_sum + m
+        if r_sum + dB + d_max > seg:
+            seg = r_sum + dB + d_max
+        np_ = L + seg
+        if pm[i] > np_:
+            np_ = pm[i]
+        if sm[j + 1] > np_:
+            np_ = sm[j + 1]
+        if base > np_:
+            np_ = base
+        if np_ > peak:
+            continue
+        if np_ < peak:
+            c = 0
+        else:
+            old_seg = pc[j + 1] - pc[i]
+            if old_seg == 0:
+                continue
+            if L + seg < thr:
+                c = cnt - old_seg
+            elif old_seg >= 2 and exact_left > 0:
+                exact_left -= 1
+                c = pc[i] + sc[j + 1] + _closure_eval(i, b, j, order, delta, trans, P, mark, stamp, thr, False)
+            else:
+                continue
+        if np_ < bp or (np_ == bp and c < bc):
+            bp, bc, bj, bstamp = np_, c, j, stamp
+    return bp, bc, bj, bstamp, stamp
 
 
 @numba.njit(cache=True)
@@ -220,9 +459,12 @@ def _block_len(order, i, is_rel, n):
 
 
 @numba.njit(cache=True)
-def _ils(order, best, delta, trans, base, pred_ptr, pred_idx, succ_ptr, succ_idx, rounds, kick_max, seed, first):
-    """``rounds`` rounds of descent + kick on ``order`` (in place, releases as early as
-    possible); ``best`` keeps the best order seen. Returns (best peak, its count, rounds)."""
+def _ils(order, best, delta, trans, base, pred_ptr, pred_idx, succ_ptr, succ_idx, rounds, kick_max, seed, first,
+         closure, budget, stop, home, state, init, slack, reach):
+    """Up to ``rounds`` rounds of descent + kick on ``order`` (in place, releases as early as
+    possible) and at most ``budget`` move evaluations; ``best`` keeps the best order seen.
+    Stops early when the best peak reaches ``stop``. Returns (best peak, its count, rounds
+    completed, evaluations made); a paused descent resumes from ``order`` on the next call."""
     if first:
         np.random.seed(seed)
     n = order.shape[0]
@@ -241,6 +483,8 @@ def _ils(order, best, delta, trans, base, pred_ptr, pred_idx, succ_ptr, succ_idx
             allocs[m] = v
             m += 1
     pos = np.empty(n, np.int64)
+    mark = np.zeros(n, np.int64)
+    stamp = 0
     tmp = np.empty(n, np.int64)
     inner = np.empty(n, np.int64)
     P = np.empty(n + 1, np.int64)
@@ -250,59 +494,124 @@ def _ils(order, best, delta, trans, base, pred_ptr, pred_idx, succ_ptr, succ_idx
     sm = np.empty(n + 1, np.int64)
     sc = np.empty(n + 1, np.int64)
     _normalize(best, pos, succ_ptr, succ_idx, indeg, is_rel, tmp)
-    best_peak, best_cnt = _rebuild(best, delta, trans, base, P, run, pm, pc, sm, sc)
+    best_peak, best_cnt, _ = _rebuild(best, delta, trans, base, P, run, pm, pc, sm, sc, slack)
     _normalize(order, pos, succ_ptr, succ_idx, indeg, is_rel, tmp)
-    peak, cnt = _rebuild(order, delta, trans, base, P, run, pm, pc, sm, sc)
+    peak, cnt, thr = _rebuild(order, delta, trans, base, P, run, pm, pc, sm, sc, slack)
     r = 0
-    while r < rounds:
-        r += 1
+    evals = 0
+    kbig = max(kick_max, n_alloc // 4)
+    stall_limit = 20 + n_alloc // 5
+    kcur = state[0] if state[0] > 0 else kick_max
+    stall = state[1]
+    if state[2] < 0:  # a new walk starts at ``order``
+        home[:] = order
+        home_peak, home_cnt = peak, cnt
+    else:
+        home_peak, home_cnt = state[2], state[3]
+    while r < rounds and best_peak > stop:
         # descent to a local optimum of (peak, count): move an allocating node together
-        # with the releases it triggers
+        # with the releases it triggers (and, for closure moves, the ancestors/descendants
+        # it jumps over)
         improved = True
+        paused = False
         while improved and peak > base and n_alloc > 0:
             improved = False
             perm = np.random.permutation(n_alloc)
             for q in perm:
+                if evals >= budget:
+                    paused = True
+                    break
+                evals += 1
                 v = allocs[q]
                 i = pos[v]
                 b = _block_len(order, i, is_rel, n)
-                lo, hi = _block_window(i, b, order, pos, pred_ptr, pred_idx, succ_ptr, succ_idx, n)
-                np_, c, j = _best_block_move(i, b, lo, hi, order, delta, trans, base, P, run, pm, pc, sm, sc,
-                                             peak, cnt, inner)
+                if closure:
+                    np_, c, j, st, stamp = _best_closure_move(i, b, order, delta, trans, base, P, run, pm, pc,
+                                                              sm, sc, peak, cnt, inner, pred_ptr, pred_idx,
+                                                              succ_ptr, succ_idx, mark, stamp, thr, reach)
+                    if j >= 0:
+                        # re-flag the closure of the chosen target and rewrite the segment
+                        stamp += 1
+                        _mark_closure(i, b, j, order, pred_ptr, pred_idx, succ_ptr, succ_idx, pos, mark, stamp)
+                        _apply_closure(i, b, j, order, pos, mark, stamp, tmp)
+                else:
+                    lo, hi = _block_window(i, b, order, pos, pred_ptr, pred_idx, succ_ptr, succ_idx, n)
+                    np_, c, j = _best_block_move(i, b, lo, hi, order, delta, trans, base, P, run, pm, pc, sm, sc,
+                                                 peak, cnt, inner, thr)
+                    if j >= 0:
+                        _move_block(order, pos, i, b, j, tmp)
                 if j >= 0:
-                    _move_block(order, pos, i, b, j, tmp)
                     _normalize(order, pos, succ_ptr, succ_idx, indeg, is_rel, tmp)
-                    peak, cnt = _rebuild(order, delta, trans, base, P, run, pm, pc, sm, sc)
+                    peak, cnt, thr = _rebuild(order, delta, trans, base, P, run, pm, pc, sm, sc, slack)
                     improved = True
+            if paused:
+                break
         if peak < best_peak or (peak == best_peak and cnt < best_cnt):
             best[:] = order
             best_peak, best_cnt = peak, cnt
-        elif peak > best_peak:
-            order[:] = best  # restart the walk from the best order
+        if peak < home_peak or (peak == home_peak and cnt < home_cnt):
+            if peak < home_peak:
+                kcur = kick_max  # an improvement: back to small kicks
+                stall = 0
+            home[:] = order
+            home_peak, home_cnt = peak, cnt
+        elif not paused:
+            kcur = min(kcur + 1, kbig)  # stuck: kick harder (variable neighbourhood)
+            stall += 1
+        if paused:
+            break  # out of budget: the caller resumes from ``order``
+        r += 1
+        if best_peak <= stop or n_alloc == 0:
+            break  # nothing can beat the bound (or the memory at the start)
+        if stall >= stall_limit:
+            # restart: a new walk from the initial order, kicked
+            order[:] = init
             for k in range(n):
                 pos[order[k]] = k
-        if best_peak <= base or n_alloc == 0:
-            break  # nothing can beat the memory at the start
-        # kick: a few random valid block moves
-        nk = 1 + np.random.randint(0, kick_max)
+            home_peak = _POS
+            home_cnt = 0
+            stall = 0
+            kcur = kick_max
+            nk = 1 + np.random.randint(0, kbig)
+        else:
+            if peak > home_peak:
+                order[:] = home  # continue the walk from its best order
+                for k in range(n):
+                    pos[order[k]] = k
+            nk = 1 + np.random.randint(0, kcur)
+        # kick: a few random valid moves
+        evals += nk
         for _ in range(nk):
             v = allocs[np.random.randint(0, n_alloc)]
             i = pos[v]
             b = _block_len(order, i, is_rel, n)
-            lo, hi = _block_window(i, b, order, pos, pred_ptr, pred_idx, succ_ptr, succ_idx, n)
+            if closure:
+                lo, hi = 0, n - 1
+            else:
+                lo, hi = _block_window(i, b, order, pos, pred_ptr, pred_idx, succ_ptr, succ_idx, n)
             choices = (i - lo) + (hi - (i + b - 1))
             if choices > 0:
                 x = np.random.randint(0, choices)
                 j = lo + x if x < i - lo else i + b + (x - (i - lo))
-                _move_block(order, pos, i, b, j, tmp)
+                if closure:
+                    stamp += 1
+                    _mark_closure(i, b, j, order, pred_ptr, pred_idx, succ_ptr, succ_idx, pos, mark, stamp)
+                    _apply_closure(i, b, j, order, pos, mark, stamp, tmp)
+                else:
+                    _move_block(order, pos, i, b, j, tmp)
         _normalize(order, pos, succ_ptr, succ_idx, indeg, is_rel, tmp)
-        peak, cnt = _rebuild(order, delta, trans, base, P, run, pm, pc, sm, sc)
-    return best_peak, best_cnt, r
+        peak, cnt, thr = _rebuild(order, delta, trans, base, P, run, pm, pc, sm, sc, slack)
+    state[0] = kcur
+    state[1] = stall
+    state[2] = home_peak
+    state[3] = home_cnt
+    return best_peak, best_cnt, r, evals
 
 
 def local_search_dag(dag: SignedDAG, initial_order: Sequence[int] | None = None, *, time_limit: float = 1.0,
                      seed: int = 0, max_rounds: int | None = None, kick_max: int | None = None,
-                     lower_bound: int | None = None) -> tuple[np.ndarray, int]:
+                     lower_bound: int | None = None, closure: bool = True, slack: int = 0,
+                     reach: int | None = None) -> tuple[np.ndarray, int]:
     """Improve a full node order of ``dag``; returns ``(best order, its peak)``.
 
     ``initial_order`` is a full node order or an order of the allocating nodes only
@@ -326,26 +635,30 @@ def local_search_dag(dag: SignedDAG, initial_order: Sequence[int] | None = None,
     best = order.copy()
     if kick_max is None:
         kick_max = max(2, min(8, n // 20))
-    stop = lower_bound if lower_bound is not None else dag.base
+    stop = max(int(dag.base), int(lower_bound) if lower_bound is not None else int(dag.base))
     deadline = time.perf_counter() + max(0.0, float(time_limit))
     rounds_left = max_rounds if max_rounds is not None else 1 << 62
-    chunk, first = 1, True
+    budget, first = 64, True
+    home = order.copy()
+    init = order.copy()
+    state = np.array([0, 0, -1, 0], dtype=np.int64)  # kick size, stalled rounds, walk's best (peak, count)
     best_peak = dag_peak(dag, best, validate=False)
     while rounds_left > 0 and best_peak > stop:
         t0 = time.perf_counter()
         if t0 >= deadline and not first:
             break
-        todo = min(chunk, rounds_left)
-        best_peak, _, done = _ils(order, best, dag.delta, dag.transient, np.int64(dag.base), dag.pred_ptr,
-                                  dag.pred_idx, dag.succ_ptr, dag.succ_idx, todo, kick_max, seed, first)
+        best_peak, _, done, evals = _ils(order, best, dag.delta, dag.transient, np.int64(dag.base), dag.pred_ptr,
+                                         dag.pred_idx, dag.succ_ptr, dag.succ_idx, rounds_left, kick_max, seed,
+                                         first, closure, budget, np.int64(stop), home, state, init, slack,
+                                         n if reach is None else int(reach))
         best_peak = int(best_peak)
         first = False
         rounds_left -= done
-        if done < todo:
-            break
+        if evals < budget:
+            break  # finished its rounds or reached the bound
         spent = time.perf_counter() - t0
-        # aim at about 20 ms per call so the deadline is kept closely
-        chunk = max(1, min(chunk * 2, int(chunk * 0.02 / spent) if spent > 0 else chunk * 2))
+        # aim at about 20 ms per call so that the deadline is kept closely
+        budget = int(max(16, min(budget * 4, budget * 0.02 / spent if spent > 0 else budget * 4)))
     return best, int(dag_peak(dag, best))
 
 
