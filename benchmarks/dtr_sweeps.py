@@ -192,6 +192,26 @@ def check_reference() -> tuple[int, list[str]]:
     return compared, bad
 
 
+def compare_markdown(summary: dict, grid: str, heuristics: list[str]) -> str:
+    """One row per trace, one column group per heuristic: failing budgets (undecided),
+    smallest passing ratio, holes -- on ``grid``."""
+    by = {(v["trace"].split("-")[0], v["heuristic"]): v for v in summary.values() if v["grid"] == grid}
+    traces = sorted({t for t, _ in by})
+    head = "| trace | " + " | ".join(f"{h}: failing (undecided) / min pass / holes" for h in heuristics) + " |"
+    lines = [head, "|---|" + "---|" * len(heuristics)]
+    for t in traces:
+        cells = []
+        for h in heuristics:
+            v = by.get((t, h))
+            if v is None:
+                cells.append("not run")
+                continue
+            holes = ", ".join(f"[{lo:g}, {hi:g}]" for lo, hi in v["holes"]) or "none"
+            cells.append(f"{v['failing']} ({len(v.get('timeouts') or [])}) / {v['min_passing_ratio']} / {holes}")
+        lines.append(f"| {t} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--traces", nargs="*", default=None, help="substrings of trace file names (default: all)")
@@ -204,6 +224,8 @@ def main(argv=None) -> int:
     ap.add_argument("--force", action="store_true", help="re-run sweeps whose result exists")
     ap.add_argument("--summary-only", action="store_true")
     ap.add_argument("--markdown", action="store_true", help="print the summary as a Markdown table")
+    ap.add_argument("--compare", nargs="*", metavar="HEURISTIC",
+                    help="print a Markdown table comparing these heuristics on --grid, per trace")
     ap.add_argument("--check-reference", action="store_true",
                     help="compare the stored sweep rows with simrd's recorded outcomes at the same ratios")
     ap.add_argument("--retry-timeouts", type=float, default=None, metavar="SECONDS",
@@ -245,6 +267,8 @@ def main(argv=None) -> int:
     print(f"summary of {len(summary)} sweeps: {OUT / 'summary.json'}")
     if args.markdown:
         print(markdown(summary))
+    if args.compare:
+        print(compare_markdown(summary, args.grid, args.compare))
     if args.check_reference:
         compared, bad = check_reference()
         print(f"reference check: {compared} sweep rows compared with simrd's recorded outcomes, "

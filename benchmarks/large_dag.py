@@ -30,7 +30,10 @@ def random_dag(n_ops: int, n_edges: int, seed: int = 0) -> TensorGraph:
     src_local = np.maximum(dst - back, 0)
     src_far = (rng.random(n_edges) * dst).astype(np.int64)
     src = np.where(local, src_local, src_far)
-    key = np.unique(dst * n_ops + src)  # one edge per (consumer, tensor)
+    # one edge per (consumer, tensor); sort + compare instead of np.unique, whose hash-based
+    # path in numpy 2.x is an order of magnitude slower on millions of int64 keys
+    key = np.sort(dst * n_ops + src)
+    key = key[np.concatenate(([True], key[1:] != key[:-1]))]
     dst, src = key // n_ops, key % n_ops
     sizes = rng.integers(1, 1001, size=n_ops)
     has_consumer = np.zeros(n_ops, bool)

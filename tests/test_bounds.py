@@ -136,7 +136,7 @@ def test_min_cut_equals_brute_force_min_closure(dag):
         if u != v and not comp[u, v]:
             assert trap_cut(dag, v, force_in=[u])["value"] == _brute_trap(dag, ideals, v, force_in=[u])
             assert trap_cut(dag, v, force_out=[u])["value"] == _brute_trap(dag, ideals, v, force_out=[u])
-    assert forward_trap_bound(dag).value == max([dag.base] + fwd.tolist())
+    assert forward_trap_bound(dag).value == max([dag.base, dag.base + int(dag.delta.sum())] + fwd.tolist())
     assert reverse_trap_bound(dag).value == forward_trap_bound(dag).value
 
 
@@ -154,7 +154,7 @@ def test_pair_bound_equals_brute_force_pair_formula(dag):
     comp = _comparable(dag)
     cand = [v for v in range(dag.n) if dag.delta[v] + dag.transient[v] > 0]
     T = {v: _brute_trap(dag, ideals, v) for v in range(dag.n)}
-    want = max([dag.base] + list(T.values()))
+    want = max([dag.base, dag.base + int(dag.delta.sum())] + list(T.values()))
     for u, v in itertools.combinations(cand, 2):
         if comp[u, v]:
             continue
@@ -262,7 +262,8 @@ def test_tampered_flow_is_rejected():
     # v is independent of a -> free(a): its cheapest ideal runs a and frees it, a flow of 10
     d = SignedDAG.build(["a", "free(a)", "v"], [10, -10, 1], edges=[(0, 1)])
     wit = trap_cut(d, 2)
-    assert wit["value"] == 1 and wit["flow"] == [10, 10, 10]
+    S, T = 3, 4
+    assert wit["value"] == 1 and wit["flow"] == [[S, 1, 10], [0, T, 10], [1, 0, 10]]
     from memopt.bounds.trap import Bound
 
     cert = make_certificate(d, [2, 0, 1], Bound(1, "forward_trap", (2,), wit))
@@ -270,20 +271,28 @@ def test_tampered_flow_is_rejected():
     for k in range(3):
         for delta in (1, -1):
             bad = copy.deepcopy(cert)
-            bad["bound"]["witness"]["flow"][k] += delta
+            bad["bound"]["witness"]["flow"][k][2] += delta
             with pytest.raises(CertificateError, match="conserved|capacity|claims"):
                 verify_certificate(bad)
     bad = copy.deepcopy(cert)
-    bad["bound"]["witness"]["flow"] = [11, 11, 11]
-    with pytest.raises(CertificateError, match=r"arc 0 \(source -> 'free\(a\)' \(1\)\) is 11, above its capacity 10"):
+    bad["bound"]["witness"]["flow"] = [[S, 1, 11], [0, T, 11], [1, 0, 11]]
+    with pytest.raises(CertificateError, match=r"arc source -> 'free\(a\)' \(1\) is 11, above its capacity 10"):
         verify_certificate(bad)
     bad = copy.deepcopy(cert)
-    bad["bound"]["witness"]["flow"] = [-1, -1, -1]
+    bad["bound"]["witness"]["flow"] = [[S, 1, -1], [0, T, -1], [1, 0, -1]]
     with pytest.raises(CertificateError, match="negative"):
         verify_certificate(bad)
+    bad = copy.deepcopy(cert)   # an arc the network does not have (a closure arc in the wrong direction)
+    bad["bound"]["witness"]["flow"] = [[S, 1, 10], [0, T, 10], [0, 1, 10]]
+    with pytest.raises(CertificateError, match=r"'a' \(0\) -> 'free\(a\)' \(1\) is not an arc of the network of node 'v' \(2\)"):
+        verify_certificate(bad)
     bad = copy.deepcopy(cert)
-    bad["bound"]["witness"]["flow"].append(0)
-    with pytest.raises(CertificateError, match="4 values but the network of node 'v' \\(2\\) has 3 arcs"):
+    bad["bound"]["witness"]["flow"].append([S, 1, 0])
+    with pytest.raises(CertificateError, match="listed twice"):
+        verify_certificate(bad)
+    bad = copy.deepcopy(cert)   # the running node itself is not in its network
+    bad["bound"]["witness"]["flow"].append([S, 2, 0])
+    with pytest.raises(CertificateError, match="not an arc"):
         verify_certificate(bad)
 
 
@@ -436,8 +445,8 @@ def test_tampered_refutations_are_rejected():
     bad["bound"]["witness"]["steps"][0]["on"] = 1
     with pytest.raises(CertificateError, match="must count earlier derived edges"):
         verify_certificate(bad)
-    bad = copy.deepcopy(cert)   # drop the last derived edge: the cycle is gone
-    bad["bound"]["witness"]["steps"].pop()
+    bad = copy.deepcopy(cert)   # keep one derived edge only: no cycle left
+    del bad["bound"]["witness"]["steps"][1:]
     with pytest.raises(CertificateError, match="close no cycle"):
         verify_certificate(bad)
     bad = copy.deepcopy(cert)   # claim a higher limit than the cuts refute

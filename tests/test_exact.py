@@ -17,7 +17,7 @@ from conftest import shared_graph
 
 SOLVERS = {
     "ideal_search": lambda d, **kw: ideal_search(d, **kw),
-    "ideal_search_plain": lambda d, **kw: ideal_search(d, state_bound=False, use_trap_bounds=False, **kw),
+    "ideal_search_plain": lambda d, **kw: ideal_search(d, state_bound=False, state_traps=0, use_trap_bounds=False, **kw),
     "cpsat": lambda d, **kw: solve_cpsat(d, num_workers=1, **kw),
     "scip": lambda d, **kw: solve_scip(d, **kw),
 }

@@ -23,10 +23,11 @@ Witness kinds (``proofs/trap_bounds.md`` proves each):
 * ``{"kind": "end_memory"}``: ``base + sum(delta)``, live after the last node.
 * ``{"kind": "node_relaxation", "node": v}``: ``base + w(anc v) + neg(free) + delta(v) + transient(v)``.
 * ``{"kind": "cut", "program": "forward"|"reverse", "node": v, "force_in": [..],
-  "force_out": [..], "value": int, "flow": [int per arc]}``: a feasible flow on the
-  canonical network of the trap of ``v`` (rebuilt by the checker from the DAG, see
-  :func:`memopt.bounds.trap._arcs`); by weak duality ``constant + flow value`` bounds the
-  memory while ``v`` runs, for every order consistent with the forcing.
+  "force_out": [..], "value": int, "flow": [[tail, head, flow], ...]}``: a feasible flow
+  on the network of the trap of ``v`` (rebuilt by the checker from the DAG, see
+  :func:`memopt.bounds.trap._arcs`: node ``n`` is the source, ``n + 1`` the sink, arcs
+  not listed carry 0); by weak duality ``constant + flow value`` bounds the memory while
+  ``v`` runs, for every order consistent with the forcing.
 * ``{"kind": "pair", "u": u, "v": v, "value": int, "cases": [{"case": "u_before_v", "cut":
   CUT}, {"case": "u_after_v", "cut": CUT}]}``: each case's cut must be implied by the case
   (``u_before_v``: the trap of ``v`` with ``u`` forced in, or of ``u`` with ``v`` forced

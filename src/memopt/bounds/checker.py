@@ -9,9 +9,10 @@ plain Python over the certificate's own data, no numpy, no max-flow solver. It
    ``level += delta``; the memory while it runs is ``level + transient``; the peak is the
    maximum of ``base`` and those;
 4. rebuilds every witness network from the DAG and the witness's node(s) and forcing, and
-   checks the flow: one value per arc, non-negative, within capacity (infinite arcs are
-   unbounded), conserved at every inner node; then ``constant + flow value`` must equal the
-   claimed value. By weak duality (flow value <= every s-t cut, in particular the minimum
+   checks the flow: each listed arc (``[tail, head, flow]``; unlisted arcs carry 0) must be an
+   arc of that network, its flow non-negative and within capacity (closure arcs are
+   unbounded), and flow must be conserved at every inner node; then ``constant + flow
+   value`` must equal the claimed value. By weak duality (flow value <= every s-t cut, in particular the minimum
    one, which is finite because the forcing is feasible) the value is a lower bound;
 5. reports ``peak_ok``, ``bound_ok`` and ``certified`` (bound == peak).
 
@@ -114,7 +115,8 @@ class _DAG:
 
     def _set_edges(self, edges) -> None:
         n = self.n
-        self.edges = sorted(edges)
+        self.edge_set = set(edges)
+        self.edges = sorted(self.edge_set)
         self.succ = [[] for _ in range(n)]
         self.pred = [[] for _ in range(n)]
         for a, b in self.edges:
@@ -145,7 +147,7 @@ class _DAG:
         return f"{self.names[v]!r} ({v})"
 
     @staticmethod
-    def _reach(start, adj) -> set[int]:
+    def _reach(start, adj, overlay) -> set[int]:
         seen: set[int] = set()
         stack = list(start)
         while stack:
@@ -154,13 +156,30 @@ class _DAG:
                 if y not in seen:
                     seen.add(y)
                     stack.append(y)
+            for y in overlay.get(x, ()):
+                if y not in seen:
+                    seen.add(y)
+                    stack.append(y)
         return seen
 
-    def ancestors(self, v: int, reverse: bool) -> set[int]:
-        return self._reach([v], self.succ if reverse else self.pred)
+    def ancestors(self, v: int, reverse: bool, extra=()) -> set[int]:
+        """Proper ancestors of ``v`` in the (reversed) program, with ``extra`` edges added."""
+        overlay: dict[int, list[int]] = {}
+        for a, b in extra:
+            if reverse:
+                overlay.setdefault(a, []).append(b)
+            else:
+                overlay.setdefault(b, []).append(a)
+        return self._reach([v], self.succ if reverse else self.pred, overlay)
 
-    def descendants(self, v: int, reverse: bool) -> set[int]:
-        return self._reach([v], self.pred if reverse else self.succ)
+    def descendants(self, v: int, reverse: bool, extra=()) -> set[int]:
+        overlay: dict[int, list[int]] = {}
+        for a, b in extra:
+            if reverse:
+                overlay.setdefault(b, []).append(a)
+            else:
+                overlay.setdefault(a, []).append(b)
+        return self._reach([v], self.pred if reverse else self.succ, overlay)
 
 
 def _check_order(dag: _DAG, order) -> list[int]:
@@ -217,8 +236,6 @@ def _check_cut(dag: _DAG, wit, where: str, hypothesis: tuple[int, int] | None = 
     if extra != ([hypothesis] if hypothesis is not None else []):
         raise _Fail(f"{where}: the cut assumes extra edges {extra} where the argument justifies "
                     f"{[hypothesis] if hypothesis is not None else 'none'}")
-    if extra:
-        dag = dag.with_edges(extra)
     program = wit.get("program", "forward")
     if program not in ("forward", "reverse"):
         raise _Fail(f"{where}: program must be 'forward' or 'reverse', got {program!r}")
@@ -232,53 +249,64 @@ def _check_cut(dag: _DAG, wit, where: str, hypothesis: tuple[int, int] | None = 
     for u in fin + fout:
         if not 0 <= u < n:
             raise _Fail(f"{where}: forced node {u} is out of range")
-    pin = dag.ancestors(v, reverse)
+    pin = dag.ancestors(v, reverse, extra)
     for u in fin:
-        pin |= dag.ancestors(u, reverse) | {u}
-    pout = dag.descendants(v, reverse) | {v}
+        pin |= dag.ancestors(u, reverse, extra) | {u}
+    pout = dag.descendants(v, reverse, extra) | {v}
     for u in fout:
-        pout |= dag.descendants(u, reverse) | {u}
+        pout |= dag.descendants(u, reverse, extra) | {u}
     clash = pin & pout
     if clash:
         x = min(clash)
         raise _Fail(f"{where}: the forcing is impossible: node {dag.label(x)} would have to run both before and "
                     f"after node {dag.label(v)}")
-    w = [-d for d in dag.delta] if reverse else list(dag.delta)
-    free = [x for x in range(n) if x not in pin and x not in pout]
-    is_free = [False] * n
-    for x in free:
-        is_free[x] = True
+    w = [-d for d in dag.delta] if reverse else dag.delta
     S, T = n, n + 1
-    INF = None
-    arcs: list[tuple[int, int, int | None]] = []
-    arcs += [(S, x, -w[x]) for x in free if w[x] < 0]
-    arcs += [(x, T, w[x]) for x in free if w[x] > 0]
-    pedges = sorted((b, a) for a, b in dag.edges) if reverse else dag.edges
-    arcs += [(b, a, INF) for a, b in pedges if is_free[a] and is_free[b]]
-    flow = wit.get("flow")
-    if not isinstance(flow, list):
-        raise _Fail(f"{where}: flow must be a list of integers, one per arc")
-    if len(flow) != len(arcs):
-        raise _Fail(f"{where}: flow has {len(flow)} values but the network of node {dag.label(v)} has {len(arcs)} arcs")
-    balance = [0] * (n + 2)
+    extra_set = set(extra)
+
+    def is_free(x: int) -> bool:
+        return 0 <= x < n and x not in pin and x not in pout
 
     def nm(x):
-        return "source" if x == S else "sink" if x == T else dag.label(x)
+        return "source" if x == S else "sink" if x == T else dag.label(x) if 0 <= x < n else repr(x)
 
-    for k, ((a, b, cap), f) in enumerate(zip(arcs, flow)):
-        f = _int(f, f"{where}.flow[{k}]")
+    def is_edge(p: int, x: int) -> bool:   # (p, x) an edge of the (reversed) program
+        e = (x, p) if reverse else (p, x)
+        return e in dag.edge_set or e in extra_set
+
+    flow = wit.get("flow")
+    if not isinstance(flow, list):
+        raise _Fail(f"{where}: flow must be a list of [tail, head, flow] arcs")
+    balance: dict[int, int] = {}
+    seen: set[tuple[int, int]] = set()
+    for k, arc in enumerate(flow):
+        if not isinstance(arc, list) or len(arc) != 3:
+            raise _Fail(f"{where}.flow[{k}] must be [tail, head, flow]")
+        a, b, f = (_int(x, f"{where}.flow[{k}]") for x in arc)
+        if (a, b) in seen:
+            raise _Fail(f"{where}: arc {nm(a)} -> {nm(b)} is listed twice")
+        seen.add((a, b))
         if f < 0:
-            raise _Fail(f"{where}: flow on arc {k} ({nm(a)} -> {nm(b)}) is negative: {f}")
+            raise _Fail(f"{where}: flow on arc {nm(a)} -> {nm(b)} is negative: {f}")
+        if a == S and is_free(b) and w[b] < 0:
+            cap = -w[b]
+        elif b == T and is_free(a) and w[a] > 0:
+            cap = w[a]
+        elif is_free(a) and is_free(b) and is_edge(b, a):
+            cap = None  # closure arc: infinite capacity
+        else:
+            raise _Fail(f"{where}: {nm(a)} -> {nm(b)} is not an arc of the network of node {dag.label(v)}")
         if cap is not None and f > cap:
-            raise _Fail(f"{where}: flow on arc {k} ({nm(a)} -> {nm(b)}) is {f}, above its capacity {cap}")
-        balance[a] -= f
-        balance[b] += f
-    for x in free:
-        if balance[x] != 0:
-            raise _Fail(f"{where}: flow is not conserved at node {dag.label(x)} (inflow - outflow = {balance[x]})")
-    value = -balance[S]
+            raise _Fail(f"{where}: flow on arc {nm(a)} -> {nm(b)} is {f}, above its capacity {cap}")
+        balance[a] = balance.get(a, 0) - f
+        balance[b] = balance.get(b, 0) + f
+    for x, bal in balance.items():
+        if x not in (S, T) and bal != 0:
+            raise _Fail(f"{where}: flow is not conserved at node {dag.label(x)} (inflow - outflow = {bal})")
+    value = -balance.get(S, 0)
     base = dag.base + (sum(dag.delta) if reverse else 0)
-    const = base + sum(w[x] for x in pin) + sum(w[x] for x in free if w[x] < 0) + w[v] + dag.transient[v]
+    neg_free = sum(w[x] for x in range(n) if w[x] < 0 and x not in pin and x not in pout)
+    const = base + sum(w[x] for x in pin) + neg_free + w[v] + dag.transient[v]
     if reverse:
         const += dag.delta[v]
     total = const + value
@@ -339,6 +367,7 @@ def _check_refutation(dag: _DAG, wit, where: str) -> int:
     if not isinstance(steps, list):
         raise _Fail(f"{where}.steps must be a list")
     derived: list[tuple[int, int]] = []
+    prefix: dict[int, _DAG] = {}   # the DAG with the first `on` derived edges, shared by a round's steps
     for i, st in enumerate(steps):
         sw = f"{where}.steps[{i}]"
         if not isinstance(st, dict):
@@ -347,7 +376,9 @@ def _check_refutation(dag: _DAG, wit, where: str) -> int:
         on = _int(st.get("on"), f"{sw}.on")
         if not 0 <= on <= i:
             raise _Fail(f"{sw}: 'on' = {on} must count earlier derived edges only (0..{i})")
-        val = _check_cut(dag.with_edges(derived[:on]), st.get("cut"), f"{sw}.cut", hypothesis=(b, a))
+        if on not in prefix:
+            prefix[on] = dag.with_edges(derived[:on])
+        val = _check_cut(prefix[on], st.get("cut"), f"{sw}.cut", hypothesis=(b, a))
         if val <= limit:
             raise _Fail(f"{sw}: its cut proves {val}, not above the limit {limit}: edge {[a, b]} is not derived")
         derived.append((a, b))

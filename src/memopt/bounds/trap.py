@@ -28,7 +28,7 @@ negative deltas in F``, so ``T(v) = base + w(anc(v)) + neg(F) + mincut + delta(v
 transient(v)``. By weak duality any feasible flow value is at most the minimum cut, so a
 flow is a solver-free *witness* of the bound (see :mod:`memopt.bounds.certificate`).
 
-* :func:`forward_trap_bound`: ``max_v T(v)`` (and ``base``).
+* :func:`forward_trap_bound`: ``max_v T(v)`` (and ``base``, and the end memory ``E``).
 * :func:`reverse_trap_bound`: the same argument on the reversed program (edges reversed,
   deltas negated, starting from the end memory ``E = base + sum(delta)``), translated back
   to our model. Its network is the transpose of the forward one; node by node it equals the
@@ -186,13 +186,18 @@ class _Cut:
     ideal: np.ndarray | None   # bool [n]: the nodes before `node` in a cheapest cut (forward only)
     flow: np.ndarray | None    # int64 arc flows in canonical order (when asked for)
     extra: tuple = ()          # a hypothesised extra edge (a, b) of the DAG, or ()
+    arcs: tuple = ()           # (tails, heads) of the canonical network (when the flow was asked for)
 
     def witness(self) -> dict:
         w = {"kind": "cut", "program": "reverse" if self.reverse else "forward", "node": int(self.node),
              "force_in": [int(u) for u in self.force_in], "force_out": [int(u) for u in self.force_out]}
         if self.extra:
             w["extra_edges"] = [[int(self.extra[0]), int(self.extra[1])]]
-        w.update(value=int(self.value), flow=[int(f) for f in self.flow])
+        # the arcs that carry flow, in canonical order; every other arc carries 0
+        tails, heads = self.arcs
+        nz = np.flatnonzero(self.flow)
+        w.update(value=int(self.value),
+                 flow=[[int(a), int(b), int(f)] for a, b, f in zip(tails[nz], heads[nz], self.flow[nz])])
         return w
 
 
@@ -293,7 +298,8 @@ def _solve(net: _Net, v: int, force_in=(), force_out=(), reverse: bool = False, 
         if flow:
             flows = np.zeros(0, np.int64)
     return _Cut(const + value, int(v), tuple(int(u) for u in force_in), tuple(int(u) for u in force_out),
-                reverse, None if reverse else ideal, flows, tuple(int(x) for x in extra))
+                reverse, None if reverse else ideal, flows, tuple(int(x) for x in extra),
+                (tails, heads) if flow else ())
 
 
 def trap_cut(dag, v: int, force_in=(), force_out=(), *, reverse: bool = False) -> dict | None:
@@ -372,20 +378,26 @@ def _max_trap(dag, reverse: bool, name: str, time_limit: float | None = None) ->
     deadline = float("inf") if time_limit is None else t0 + max(0.0, float(time_limit))
     net = _net(dag)
     status: dict = {}
-    cuts = _all_traps(net, np.arange(net.n, dtype=np.int64), reverse, prune_below=net.base,
+    cuts = _all_traps(net, np.arange(net.n, dtype=np.int64), reverse,
+                      prune_below=max(net.base, net.end) if net.n else net.base,
                       deadline=deadline, status=status)
     complete = not status.get("timed_out", False)
     if cuts:
         v, c = max(cuts.items(), key=lambda kv: (kv[1].value, -kv[0]))
-    if not cuts or c.value <= net.base:
-        return Bound(net.base, name, (), {"kind": "base"}, time.perf_counter() - t0, complete,
-                     stats={"cuts": len(cuts)})
+    # the start and (once a node has run) the end are also measured: P >= base, P >= E
+    floor = max(net.base, net.end) if net.n else net.base
+    if not cuts or c.value <= floor:
+        wit = {"kind": "base"} if floor == net.base else {"kind": "end_memory"}
+        return Bound(floor, name, (), wit, time.perf_counter() - t0, complete, stats={"cuts": len(cuts)})
     c = _solve(net, v, reverse=reverse, flow=True)
     return Bound(c.value, name, (v,), c.witness(), time.perf_counter() - t0, complete, stats={"cuts": len(cuts) + 1})
 
 
 def forward_trap_bound(dag, *, time_limit: float | None = None) -> Bound:
-    """``max(base, max_v T(v))``: the forward trap bound of a signed DAG (or tensor graph).
+    """``max(base, E, max_v T(v))``: the forward trap bound of a signed DAG (or tensor graph).
+
+    (``E = base + sum(delta)`` is live after the last node, so ``P >= E`` when there is one;
+    the traps alone may miss it: a node that can run first sees none of the others.)
 
     ``T(v)`` is the least memory while ``v`` runs over every ideal it may run after (module
     docstring); one Picard minimum cut per node, skipping nodes whose cheap upper estimate
@@ -672,8 +684,12 @@ def _augment(net: _Net, new_edges) -> _Net | None:
     return _Net(n=net.n, w=net.w, t=net.t, base=net.base, end=net.end, edges=e, redges=r, anc=anc, inf=net.inf)
 
 
-def _probe(net0: _Net, cand: np.ndarray, limit: int, deadline: float, stats: dict, max_tries: int = 6):
-    """Try to prove that no schedule has peak <= ``limit``; the witness dict, or None.
+def _probe(net0: _Net, cand: np.ndarray, limit: int, deadline: float, stats: dict, max_tries: int = 6,
+           warm: list | None = None):
+    """Try to prove that no schedule has peak <= ``limit``: ``(witness or None, derived steps)``.
+
+    ``warm``: steps derived for a limit ``>= limit`` (by a probe that failed there); they hold
+    for every schedule within ``limit`` too, so the search starts from them.
 
     Rounds of edge finding on the current DAG ``D'`` (original edges + derived precedences):
 
@@ -688,8 +704,10 @@ def _probe(net0: _Net, cand: np.ndarray, limit: int, deadline: float, stats: dic
     trap from above by ``P_x ∪ anc[u]`` or ``P_x \\ desc[v]`` and tries the ``max_tries``
     most promising exactly.
     """
-    net = net0
-    steps: list[dict] = []
+    steps: list[dict] = list(warm or [])
+    net = _augment(net0, [tuple(st["edge"]) for st in steps]) if steps else net0
+    if net is None:
+        return {"steps": steps, "final": {"kind": "cycle"}}, steps
     slack = _slack(net0)
     all_nodes = np.arange(net0.n, dtype=np.int64)
     k = cand.size
@@ -697,20 +715,20 @@ def _probe(net0: _Net, cand: np.ndarray, limit: int, deadline: float, stats: dic
     while True:
         on = len(steps)
         if time.perf_counter() > deadline:
-            return None
+            return None, steps
         hit = _all_traps(net, all_nodes, prune_below=limit, deadline=deadline)
         stats["cuts"] += len(hit)
         over = [c for c in hit.values() if c.value > limit]
         if over:
             c = _solve(net, over[0].node, flow=True)
-            return {"steps": steps, "final": {"kind": "cut", "on": on, "cut": c.witness()}}
+            return {"steps": steps, "final": {"kind": "cut", "on": on, "cut": c.witness()}}, steps
         if k < 2:
-            return None
+            return None, steps
         single = {}
         for v in cand.tolist():
             single[v] = hit[v] if v in hit else _solve(net, v)
             if time.perf_counter() > deadline:
-                return None
+                return None, steps
         stats["cuts"] += len(single)
         T = np.array([single[v].value for v in cand.tolist()], np.float64)
         P = np.stack([single[v].ideal for v in cand.tolist()])
@@ -743,7 +761,7 @@ def _probe(net0: _Net, cand: np.ndarray, limit: int, deadline: float, stats: dic
         stats["hypotheses"] = stats.get("hypotheses", 0) + len(hyps)
         for _, iu, iv, xs in hyps:
             if time.perf_counter() > deadline:
-                return None
+                return None, steps
             u, v = int(cand[iu]), int(cand[iv])
             for ix in xs[:max_tries].tolist():
                 c = _solve(net, int(cand[ix]), extra=(u, v))
@@ -752,7 +770,7 @@ def _probe(net0: _Net, cand: np.ndarray, limit: int, deadline: float, stats: dic
                     refuted[(u, v)] = c
                     break
         if not refuted:
-            return None
+            return None, steps
         new_edges = []
         for (u, v), c in refuted.items():
             cf = _solve(net, c.node, extra=(u, v), flow=True)
@@ -762,7 +780,7 @@ def _probe(net0: _Net, cand: np.ndarray, limit: int, deadline: float, stats: dic
         stats["rounds"] = stats.get("rounds", 0) + 1
         aug = _augment(net, new_edges)
         if aug is None:
-            return {"steps": steps, "final": {"kind": "cycle"}}
+            return {"steps": steps, "final": {"kind": "cycle"}}, steps
         net = aug
 
 
@@ -780,6 +798,10 @@ def probing_trap_bound(dag, *, upper: int | None = None, time_limit: float = 10.
     and ``upper`` (a known schedule's peak; default: a trivial upper bound), within
     ``time_limit``. The witness lists every derived edge with its cut (on the DAG with the
     edges derived before it) and the final contradiction.
+
+    Hypotheses range over pairs of ``nodes`` (default: every node, releases included: that
+    a tensor is freed before or after an op runs is often the decisive case). Edges derived
+    by a probe that fails at ``L`` hold below ``L``, so the bisection reuses them.
     """
     t0 = time.perf_counter()
     deadline = t0 + max(0.0, float(time_limit))
@@ -789,13 +811,16 @@ def probing_trap_bound(dag, *, upper: int | None = None, time_limit: float = 10.
     net = _net(dag)
     if start is None:
         start = pair_trap_bound(dag, time_limit=max(0.0, time_limit / 4), target=upper, nodes=nodes)
-    cand = (np.flatnonzero(net.w + net.t > 0) if nodes is None else np.unique(np.asarray(nodes, np.int64))).astype(np.int64)
+    # every node takes part: hypotheses on releases ("t is freed before v runs") are the
+    # strongest derivations on tensor graphs
+    cand = (np.arange(net.n) if nodes is None else np.unique(np.asarray(nodes, np.int64))).astype(np.int64)
     if upper is None:
         upper = net.base + int(np.maximum(net.w, 0).sum()) + int(net.t.max(initial=0))
     lo, hi = start.value, int(upper)      # the optimum lies in [lo, hi]
     best = Bound(start.value, start.name, start.critical, start.witness, 0.0, start.complete, dict(start.stats))
     stats = {"cuts": 0, "probes": 0, "refuted": []}
     complete = True
+    warm: list = []            # steps derived by the last failed probe: valid below its limit
     while lo < hi:
         if time.perf_counter() > deadline:
             complete = False
@@ -804,7 +829,7 @@ def probing_trap_bound(dag, *, upper: int | None = None, time_limit: float = 10.
         L = lo if stats["probes"] == 0 else lo + (hi - lo) // 2
         stats["probes"] += 1
         st: dict = {"cuts": 0}
-        wit = _probe(net, cand, L, deadline, st)
+        wit, steps = _probe(net, cand, L, deadline, st, warm=warm)
         stats["cuts"] += st["cuts"]
         if wit is None:
             if time.perf_counter() > deadline:
@@ -812,7 +837,8 @@ def probing_trap_bound(dag, *, upper: int | None = None, time_limit: float = 10.
                 break
             if L == lo:
                 break                  # not even lo + 1 can be proved: stop
-            hi = L                     # treat as unrefutable; bisect below
+            hi = L                     # treat as unrefutable; bisect below, from what it derived
+            warm = steps
             continue
         stats["refuted"].append(L)
         lo = L + 1

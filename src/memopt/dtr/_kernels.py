@@ -233,7 +233,7 @@ def _uf_new(value, uf_parent, uf_value, sc):
 # --------------------------------------------------------------------------------------
 @njit(cache=True)
 def _region_rebuild(x, d, s_slot, reg_bits, reg_comp, s_material, s_compute, t_storage,
-                    adj_start, adj_nbr, adj_stamp, tcount, dfs, sc):
+                    adj_start, adj_edge, tcount, dfs, sc):
     """simrd's ``Region.rebuild``: evicted storages reachable from ``x`` through evicted
     storages (interior, with their compute summed) and the material ones bordering them
     (frontier, ``x`` excluded), on the storage-level graph (same sets as simrd's walk
@@ -248,14 +248,15 @@ def _region_rebuild(x, d, s_slot, reg_bits, reg_comp, s_material, s_compute, t_s
     top = 0
     dfs[top] = x
     top += 1
+    visits = 0
     while top > 0:
         top -= 1
         s = dfs[top]
-        sc[SC_ST_VISIT] += 1
+        visits += 1
         for j in range(adj_start[d, s], adj_start[d, s + 1]):
-            if adj_stamp[j] >= tcount:
+            if adj_edge[j, 1] >= tcount:
                 break
-            us = adj_nbr[j]
+            us = adj_edge[j, 0]
             w = us >> 6
             bit = np.uint64(1) << np.uint64(us & 63)
             if s_material[us]:
@@ -267,6 +268,7 @@ def _region_rebuild(x, d, s_slot, reg_bits, reg_comp, s_material, s_compute, t_s
                 interior[w] |= bit
                 dfs[top] = us
                 top += 1
+    sc[SC_ST_VISIT] += visits
     reg_comp[slot, d] = comp
 
 
@@ -506,7 +508,7 @@ def run(pa, sc,
         ecn, uf_parent, uf_value, uf_mark,
         fr_t, fr_remat, fr_phase, fr_i, fr_uend, ulist,
         ev_kind, ev_step, ev_record, ev_op, ev_subject, ev_size, ev_depth, ev_score,
-        out_score, tmp_def, rs_buf, score_buf, adj_start, adj_nbr, adj_stamp):
+        out_score, tmp_def, rs_buf, score_buf, adj_start, adj_edge):
     budget = pa[PA_BUDGET]
     limit = pa[PA_LIMIT]
     h = pa[PA_HEUR]
@@ -757,9 +759,9 @@ def run(pa, sc,
             for k in range(nrs):
                 us = rs_buf[k]
                 _region_rebuild(us, 0, s_slot, reg_bits, reg_comp, s_material, s_compute,
-                                t_storage, adj_start, adj_nbr, adj_stamp, tcount, dfs, sc)
+                                t_storage, adj_start, adj_edge, tcount, dfs, sc)
                 _region_rebuild(us, 1, s_slot, reg_bits, reg_comp, s_material, s_compute,
-                                t_storage, adj_start, adj_nbr, adj_stamp, tcount, dfs, sc)
+                                t_storage, adj_start, adj_edge, tcount, dfs, sc)
             # Regions of the frontier storages are rebuilt, as in simrd -- except for
             # pinned storages: a pinned storage is never in the pool (never scored) and
             # never evicted (its regions are never absorbed elsewhere), so simrd only ever
@@ -795,7 +797,7 @@ def run(pa, sc,
                             sc[SC_STATUS] = ST_ERROR
                             return ST_ERROR
                         _region_rebuild(x, d, s_slot, reg_bits, reg_comp, s_material,
-                                        s_compute, t_storage, adj_start, adj_nbr, adj_stamp,
+                                        s_compute, t_storage, adj_start, adj_edge,
                                         tcount, dfs, sc)
         if use_eq:
             for k in range(nrs):

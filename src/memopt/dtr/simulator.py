@@ -378,6 +378,28 @@ _ERRORS = {
 }
 
 
+class _Probe(Heuristic):
+    """Stands for any heuristic until the first eviction choice (see :func:`replay`)."""
+
+    name = "probe"
+    features = frozenset()
+
+
+_PROBE = _Probe()
+
+
+def _drive(st: _State, stop_at_choice: bool) -> int:
+    """Run the kernel to completion, serving its requests."""
+    while True:
+        code = K.run(*st.args())
+        if code == K.ST_GROW:
+            st.grow()
+        elif code == K.ST_NEED_CHOICE and not stop_at_choice:
+            st.user_choice()
+        else:
+            return code
+
+
 def replay(trace, budget: int, heuristic="dtr", *, overhead_limit: float | None = None,
            record: bool = False, keep_resident: frozenset[str] = frozenset(),
            ratio: float | None = None) -> ReplayResult:
@@ -410,15 +432,16 @@ def replay(trace, budget: int, heuristic="dtr", *, overhead_limit: float | None 
     if keep_resident:
         for s in trace.storages_of(keep_resident):
             resident[s] = True
-    st = _State(trace, budget, limit, heur, record, resident)
-    while True:
-        code = K.run(*st.args())
-        if code == K.ST_GROW:
-            st.grow()
-        elif code == K.ST_NEED_CHOICE:
-            st.user_choice()
-        else:
-            break
+    st, code = None, K.ST_NEED_CHOICE
+    if heur.features:
+        # Probe: until the first eviction choice a run does not depend on the heuristic,
+        # and region / equivalence-class bookkeeping only feeds choices. Run without it
+        # and stop at the first choice; if none is ever needed, that is the outcome.
+        st = _State(trace, budget, limit, _PROBE, record, resident)
+        code = _drive(st, stop_at_choice=True)
+    if code == K.ST_NEED_CHOICE:
+        st = _State(trace, budget, limit, heur, record, resident)
+        code = _drive(st, stop_at_choice=False)
     sc = st.sc
     if code == K.ST_ERROR:
         err = int(sc[K.SC_ERR])

@@ -28,17 +28,19 @@ Execution
 ---------
 Budgets are independent replays, submitted to a :class:`concurrent.futures.Executor`:
 a local :class:`~concurrent.futures.ProcessPoolExecutor` (``jobs`` workers) by default,
-in-process when ``jobs == 1``, or any executor the caller passes (``Dask``'s
-``Client.get_executor()``, a Ray executor, ...). A task carries only the trace *path*;
+in-process when ``jobs == 1``, or any executor the caller passes (for instance a Dask
+cluster's ``Client.get_executor()``). A task carries only the trace *path*;
 each worker parses the trace once and keeps it (with its baseline) in a per-process
 cache, so a trace is never re-parsed per budget and never pickled per task. Remote
 executors therefore need the trace at the same path on the workers.
 
 At small budgets a replay can recompute for a very long time (simrd's answer is its
-remat limit, ``--overhead-limit``). ``timeout`` instead bounds the wall time of each
-budget: the sweep then runs on worker processes of its own, kills a worker whose
-replay overruns and records that budget as ``timeout`` -- undecided, excluded from the
-holes, and listed separately.
+remat limit, ``--overhead-limit``). ``timeout`` instead bounds the time of each budget:
+the sweep then runs on worker processes of its own, ends a worker whose replay overruns
+and records that budget as ``timeout`` -- undecided, excluded from the holes, and listed
+separately. The limit is CPU time where the OS enforces one (RLIMIT_CPU on Unix, whole
+seconds), so that the set of timed-out budgets does not depend on the machine's load;
+elsewhere it is wall time.
 
 ``repeats = N`` submits every budget N times as separate tasks (which a pool spreads
 over worker processes, started with ``spawn`` and thus with independent hash seeds), and
@@ -52,6 +54,7 @@ import concurrent.futures as cf
 import math
 import multiprocessing
 import os
+import signal
 import time
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
@@ -417,11 +420,40 @@ def _executor_results(pool: cf.Executor, tasks: list[tuple[Any, tuple]]):
             fut.cancel()
 
 
-def _killable_worker(conn, path: str) -> None:
-    """Body of a worker process of :func:`_killable_results`: parse once, then serve."""
+#: With CPU-time limits, the parent still kills a replay after this many times the
+#: limit in wall time (a guard against a worker that makes no progress at all).
+WALL_GUARD_FACTOR = 20
+
+
+def _limit_cpu(seconds: float) -> bool:
+    """Let the calling process use about ``seconds`` more CPU time (RLIMIT_CPU, whole
+    seconds): past it the kernel sends SIGXCPU, whose default action ends the process.
+    False where this is unavailable (no ``resource`` module, or a hard limit in the way)."""
     try:
-        _, base = cached_trace(path)
-        conn.send(("ready", (base.peak, base.compute)))
+        import resource
+    except ImportError:
+        return False
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    soft = int(math.ceil(usage.ru_utime + usage.ru_stime + seconds))
+    _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    if hard != resource.RLIM_INFINITY and soft > hard:
+        return False
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+    return True
+
+
+def _killable_worker(conn, path: str, timeout: float, heuristic: Any) -> None:
+    """Body of a worker process of :func:`_killable_results`: parse once, then serve,
+    each replay under a CPU-time limit of ``timeout`` seconds where the OS supports it."""
+    from memopt.dtr import replay
+
+    try:
+        trace, base = cached_trace(path)
+        # Warm up: one replay at the baseline peak (few evictions) loads or compiles the
+        # JIT kernel now, so that compilation is not charged to the first budget's limit.
+        replay(trace, base.peak, heuristic)
+        cpu_limited = _limit_cpu(timeout)  # probe once; set again before every task
+        conn.send(("ready", (base.peak, base.compute, cpu_limited)))
     except Exception as exc:  # reported by the parent as the sweep's error
         conn.send(("error", exc))
         return
@@ -430,6 +462,8 @@ def _killable_worker(conn, path: str) -> None:
         if msg is None:
             return
         key, args = msg
+        if cpu_limited:
+            _limit_cpu(timeout)
         try:
             conn.send(("done", (key, replay_point(*args))))
         except Exception as exc:
@@ -437,13 +471,16 @@ def _killable_worker(conn, path: str) -> None:
             return
 
 
-def _killable_results(path: str, jobs: int, tasks: list[tuple[Any, tuple]], timeout: float):
+def _killable_results(path: str, jobs: int, tasks: list[tuple[Any, tuple]], timeout: float,
+                      heuristic: Any = "dtr"):
     """Like :func:`_executor_results`, on ``jobs`` processes of our own, so that a budget
-    that runs longer than ``timeout`` seconds can be stopped: its worker is killed and
-    replaced, and the budget's outcome is ``status = 'timeout'``.
+    whose replay runs longer than ``timeout`` seconds can be stopped: its worker ends (or
+    is killed) and is replaced, and the budget's outcome is ``status = 'timeout'``.
 
-    (A compiled replay kernel cannot be interrupted from inside its process, and
-    concurrent.futures cannot cancel a running task; hence processes we can kill.)
+    The limit is on the worker's *CPU time* where the OS allows it (RLIMIT_CPU), so that
+    which budgets time out does not depend on how loaded the machine is; elsewhere it is
+    wall time. (A compiled replay kernel cannot be interrupted from inside its process,
+    and concurrent.futures cannot cancel a running task; hence processes we can end.)
     """
     from multiprocessing.connection import wait
 
@@ -454,10 +491,10 @@ def _killable_results(path: str, jobs: int, tasks: list[tuple[Any, tuple]], time
 
     def spawn() -> None:
         parent, child = ctx.Pipe()
-        proc = ctx.Process(target=_killable_worker, args=(child, path), daemon=True)
+        proc = ctx.Process(target=_killable_worker, args=(child, path, timeout, heuristic), daemon=True)
         proc.start()
         child.close()
-        workers[parent] = {"proc": proc, "task": None, "deadline": None, "ready": False}
+        workers[parent] = {"proc": proc, "task": None, "deadline": None, "ready": False, "cpu": False}
 
     def retire(conn) -> None:
         w = workers.pop(conn)
@@ -465,6 +502,13 @@ def _killable_results(path: str, jobs: int, tasks: list[tuple[Any, tuple]], time
             w["proc"].kill()
         w["proc"].join()
         conn.close()
+
+    def timed_out(args: tuple) -> dict:
+        peak, compute = base if base is not None else (0, 0)
+        out = {name: 0 for name in OUTCOME_FIELDS}
+        out.update(status="timeout", budget=ratio_budget(Decimal(args[1]), peak),
+                   baseline_peak=peak, baseline_compute=compute, seconds=timeout)
+        return out
 
     try:
         for _ in range(min(jobs, len(tasks))):
@@ -475,22 +519,35 @@ def _killable_results(path: str, jobs: int, tasks: list[tuple[Any, tuple]], time
                 if w["ready"] and w["task"] is None and pending:
                     key, args = pending.pop()
                     w["task"] = (key, args)
-                    w["deadline"] = time.monotonic() + timeout
+                    wall = timeout * WALL_GUARD_FACTOR if w["cpu"] else timeout
+                    w["deadline"] = time.monotonic() + wall
                     conn.send((key, args))
                     busy += 1
             deadlines = [w["deadline"] for w in workers.values() if w["task"] is not None]
             wait_for = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
             for conn in wait(list(workers), timeout=wait_for):
+                w = workers[conn]
                 try:
                     kind, payload = conn.recv()
                 except EOFError:
-                    raise MemoptError("a sweep worker process died unexpectedly") from None
-                w = workers[conn]
+                    w["proc"].join(5)
+                    code = w["proc"].exitcode
+                    if w["task"] is not None and w["cpu"] and code in (-signal.SIGXCPU, -signal.SIGKILL):
+                        # The kernel ended the replay at its CPU-time limit.
+                        key, args = w["task"]
+                        busy -= 1
+                        retire(conn)
+                        yield key, timed_out(args)
+                        if pending:
+                            spawn()
+                        continue
+                    raise MemoptError(f"a sweep worker process died unexpectedly (exit code {code})") from None
                 if kind == "error":
                     raise payload
                 if kind == "ready":
+                    peak, compute, w["cpu"] = payload
                     w["ready"] = True
-                    base = payload
+                    base = (peak, compute)
                     continue
                 key, out = payload
                 w["task"], w["deadline"] = None, None
@@ -502,11 +559,7 @@ def _killable_results(path: str, jobs: int, tasks: list[tuple[Any, tuple]], time
                     key, args = w["task"]
                     busy -= 1
                     retire(conn)
-                    peak, compute = base if base is not None else (0, 0)
-                    out = {name: 0 for name in OUTCOME_FIELDS}
-                    out.update(status="timeout", budget=ratio_budget(Decimal(args[1]), peak),
-                               baseline_peak=peak, baseline_compute=compute, seconds=timeout)
-                    yield key, out
+                    yield key, timed_out(args)
                     if pending:
                         spawn()
     finally:
@@ -537,8 +590,9 @@ def run_sweep(
     ``executor``, when given, runs the tasks (and is not shut down); otherwise ``jobs``
     local processes (or the calling process when ``jobs == 1``). ``repeats`` re-runs
     every budget; differing outcomes are flagged on the point (``deterministic=False``)
-    and listed by :attr:`SweepResult.nondeterministic`. ``timeout`` (seconds per
-    budget; local processes only) stops a replay that runs longer and records the
+    and listed by :attr:`SweepResult.nondeterministic`. ``timeout`` (CPU seconds per
+    budget where enforceable, else wall seconds; local processes only) stops a replay
+    that runs longer and records the
     budget as ``status = 'timeout'``: undecided, so it is neither a pass nor a failure
     for the holes.
     """
@@ -580,7 +634,7 @@ def run_sweep(
     pool = make_executor(abspath, jobs) if own_executor else executor
     try:
         if timeout is not None:
-            stream = _killable_results(abspath, jobs, tasks, timeout)
+            stream = _killable_results(abspath, jobs, tasks, timeout, heuristic)
         else:
             stream = _executor_results(pool, tasks)
         with Progress(len(tasks), f"sweep {name[:24]}", enabled=progress) as bar:

@@ -149,7 +149,8 @@ class Trace:
         return self.op_names[op]
 
     def storages_of(self, names) -> frozenset[int]:
-        """Storage ids that the given trace tensor names were ever bound to."""
+        """Storage ids that the given tensor names were ever bound to (trace names, or
+        simrd's runtime names such as ``x12$`` for the result of a ``MUTATE``)."""
         out: set[int] = set()
         for n in names:
             if n not in self.name_storages:
@@ -157,15 +158,14 @@ class Trace:
             out.update(self.name_storages[n])
         return frozenset(out)
 
-    def storage_adjacency(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def storage_adjacency(self) -> tuple[np.ndarray, np.ndarray]:
         """Storage-level graph for region traversals, both directions, deduplicated.
 
-        Returns ``(start, nbr, stamp)``: the neighbours of storage ``s`` in direction
-        ``d`` (0 = towards children, 1 = towards parents) are
-        ``nbr[start[d, s]:start[d, s + 1]]``, sorted by ``stamp``, the id of the later
-        of the two tensors joined by the edge: the edge exists in simrd's runtime once
-        ``stamp`` tensors have been created. Self-loops (aliases) are left out: simrd's
-        traversals skip them anyway.
+        Returns ``(start, edge)``: the edges of storage ``s`` in direction ``d``
+        (0 = towards children, 1 = towards parents) are ``edge[start[d, s]:start[d, s+1]]``,
+        rows ``(neighbour storage, stamp)`` sorted by ``stamp``, the id of the later of the
+        two tensors the edge joins: it exists in simrd's runtime once ``stamp`` tensors
+        have been created. Self-loops (aliases) are left out: simrd's traversals skip them.
         """
         if self._adjacency is None:
             self._adjacency = _storage_adjacency(self)
@@ -201,8 +201,9 @@ def _storage_adjacency(tr: Trace):
         nbrs.append(t)
         stamps.append(st)
         offset += len(t)
-    return (np.stack(starts).astype(np.int64), np.concatenate(nbrs).astype(np.int64),
-            np.concatenate(stamps).astype(np.int64))
+    # one (neighbour, stamp) row per edge, int32: the traversal reads both together
+    edges = np.stack([np.concatenate(nbrs), np.concatenate(stamps)], axis=1)
+    return np.stack(starts).astype(np.int64), np.ascontiguousarray(edges, dtype=np.int32)
 
 
 def _err(path: str, lineno: int, msg: str) -> FormatError:
@@ -433,6 +434,8 @@ class _Builder:
                 self.t_storage_size.append(size)
             self.t_storage.append(s)
             self.s_tensors[s].append(t)
+            # runtime names (``x$`` for MUTATE results) resolve too, for keep_resident
+            self.name_storages.setdefault(res_names[i], set()).add(s)
             self.s_ref_ext[s] += 1           # every new Tensor holds one external ref
             outs.append(t)
         for p in args:                        # simrd: p.children.extend(outputs)

@@ -6,22 +6,35 @@ and the peak is ``max(base, max_k run[k])``. The search improves an order lexico
 on ``(peak, number of steps at the peak)`` — the count gives the search a slope on the
 plateaus where the peak itself does not move.
 
-Neighbourhood: move one node ``v`` from position ``i`` to any position ``j`` of its window
-(after its last predecessor, before its first successor). Moving ``v`` earlier raises the
-memory of the nodes it jumps over by ``delta[v]``, moving it later lowers it by
-``delta[v]``; with prefix/suffix maxima and counts of the profile, every target ``j`` of
-``v`` is evaluated in O(1) while scanning the window outward, so one pass over all nodes
-costs O(sum of window lengths) and an accepted move O(n). Release nodes move like any
-other node (they may drift back to their earliest place).
+Moves. Releases always run as early as possible (the order is re-normalised after every
+accepted move), so a move takes an allocating node ``v`` together with the releases that
+follow it (the *block*):
 
-Search: steepest move per node, nodes in random order, until no move improves (a local
-optimum); then an iterated-local-search *kick* of a few random valid moves, continuing
-from the kicked order when its local optimum is not worse in peak, from the best order
-otherwise (H. R. Lourenço, O. C. Martin, T. Stützle, "Iterated local search", 2003).
+* **block move**: the block jumps to another place inside its window (after its last
+  predecessor, before its first successor). The nodes it jumps over shift by the block's
+  net delta; with prefix/suffix maxima and counts of the profile every target is
+  evaluated in O(1) while the window is scanned outward.
+* **closure move** (default): the block jumps earlier *together with its ancestors* in
+  between (they keep their order and go first), or later together with its descendants
+  in between. This reaches far more orders (a node no longer waits for its neighbours to
+  move first); scanning outward, the ancestors / the others / the block are three
+  sequences whose maxima are updated in O(deg) per position, so a scan of ``reach``
+  positions (120 by default) costs O(reach * deg). When the peak stays, counting the
+  steps at the peak inside the segment is O(1) if the segment drops below it and
+  O(segment) otherwise, which is rationed to a few targets per move.
 
-Determinism: the search is seeded; with ``max_rounds`` set (and a generous ``time_limit``)
-it reproduces bit for bit; when the time limit stops it first, the number of rounds done
-depends on the machine's speed.
+Search. Steepest move per block, blocks in random order, until no move improves; then an
+iterated-local-search kick of random moves whose size grows while the walk is stuck
+(variable neighbourhood) and resets on improvement; the walk continues from the kicked
+order when its local optimum is not worse in peak, from the walk's best otherwise, and
+restarts from the initial order after many stuck rounds (H. R. Lourenço, O. C. Martin,
+T. Stützle, "Iterated local search", 2003; N. Mladenović, P. Hansen, "Variable
+neighborhood search", 1997). On the published random layered graphs it reaches the
+optimum of the 100-, 250- and 500-node graphs in well under a second.
+
+Determinism: the search is seeded and its walk does not depend on timing; with
+``max_rounds`` set (and a generous ``time_limit``) it reproduces bit for bit; when the time
+limit stops it first, how far it got depends on the machine's speed.
 
 Example
 -------
@@ -460,7 +473,7 @@ def _block_len(order, i, is_rel, n):
 
 @numba.njit(cache=True)
 def _ils(order, best, delta, trans, base, pred_ptr, pred_idx, succ_ptr, succ_idx, rounds, kick_max, seed, first,
-         closure, budget, stop, home, state, init, slack, reach):
+         closure, budget, stop, home, state, init, slack, reach, perm):
     """Up to ``rounds`` rounds of descent + kick on ``order`` (in place, releases as early as
     possible) and at most ``budget`` move evaluations; ``best`` keeps the best order seen.
     Stops early when the best peak reaches ``stop``. Returns (best peak, its count, rounds
@@ -499,7 +512,7 @@ def _ils(order, best, delta, trans, base, pred_ptr, pred_idx, succ_ptr, succ_idx
     peak, cnt, thr = _rebuild(order, delta, trans, base, P, run, pm, pc, sm, sc, slack)
     r = 0
     evals = 0
-    kbig = max(kick_max, n_alloc // 4)
+    kbig = max(kick_max, min(n_alloc // 4, 32))
     stall_limit = 20 + n_alloc // 5
     kcur = state[0] if state[0] > 0 else kick_max
     stall = state[1]
@@ -512,19 +525,30 @@ def _ils(order, best, delta, trans, base, pred_ptr, pred_idx, succ_ptr, succ_idx
         # descent to a local optimum of (peak, count): move an allocating node together
         # with the releases it triggers (and, for closure moves, the ancestors/descendants
         # it jumps over)
-        improved = True
         paused = False
-        while improved and peak > base and n_alloc > 0:
-            improved = False
-            perm = np.random.permutation(n_alloc)
-            for q in perm:
+        while peak > base and n_alloc > 0:
+            if state[4] < 0:  # a new pass over the allocating nodes, in random order
+                perm[:n_alloc] = np.random.permutation(n_alloc)
+                state[4] = 0
+                state[5] = 0
+            while state[4] < n_alloc:
                 if evals >= budget:
                     paused = True
                     break
                 evals += 1
-                v = allocs[q]
+                v = allocs[perm[state[4]]]
+                state[4] += 1
                 i = pos[v]
                 b = _block_len(order, i, is_rel, n)
+                # a move helps only if the stretch it shifts holds a step at the peak
+                lo_r = i - reach if closure else 0
+                hi_r = i + b + reach if closure else n
+                if lo_r < 0:
+                    lo_r = 0
+                if hi_r > n:
+                    hi_r = n
+                if pc[hi_r] - pc[lo_r] == 0:
+                    continue
                 if closure:
                     np_, c, j, st, stamp = _best_closure_move(i, b, order, delta, trans, base, P, run, pm, pc,
                                                               sm, sc, peak, cnt, inner, pred_ptr, pred_idx,
@@ -543,9 +567,12 @@ def _ils(order, best, delta, trans, base, pred_ptr, pred_idx, succ_ptr, succ_idx
                 if j >= 0:
                     _normalize(order, pos, succ_ptr, succ_idx, indeg, is_rel, tmp)
                     peak, cnt, thr = _rebuild(order, delta, trans, base, P, run, pm, pc, sm, sc, slack)
-                    improved = True
+                    state[5] = 1
             if paused:
-                break
+                break  # the pass resumes on the next call
+            state[4] = -1
+            if state[5] == 0:
+                break  # a whole pass without improvement: a local optimum
         if peak < best_peak or (peak == best_peak and cnt < best_cnt):
             best[:] = order
             best_peak, best_cnt = peak, cnt
@@ -611,13 +638,17 @@ def _ils(order, best, delta, trans, base, pred_ptr, pred_idx, succ_ptr, succ_idx
 def local_search_dag(dag: SignedDAG, initial_order: Sequence[int] | None = None, *, time_limit: float = 1.0,
                      seed: int = 0, max_rounds: int | None = None, kick_max: int | None = None,
                      lower_bound: int | None = None, closure: bool = True, slack: int = 0,
-                     reach: int | None = None) -> tuple[np.ndarray, int]:
+                     reach: int | None = 120) -> tuple[np.ndarray, int]:
     """Improve a full node order of ``dag``; returns ``(best order, its peak)``.
 
     ``initial_order`` is a full node order or an order of the allocating nodes only
     (releases are then inserted as early as possible); default: the greedy order.
     Stops at ``time_limit`` seconds, after ``max_rounds`` descent+kick rounds, or when the
     peak reaches ``lower_bound`` (or the memory at the start, which no order can beat).
+    ``closure`` selects closure moves (else block moves only), ``reach`` bounds how far a
+    closure move may jump (``None``: anywhere), ``kick_max`` the initial kick size and
+    ``slack > 0`` counts the steps within ``(peak - base) / slack`` of the peak instead of
+    the steps at the peak as the secondary objective.
     """
     if initial_order is None:
         from memopt.schedule.greedy import greedy_dag_order
@@ -638,10 +669,14 @@ def local_search_dag(dag: SignedDAG, initial_order: Sequence[int] | None = None,
     stop = max(int(dag.base), int(lower_bound) if lower_bound is not None else int(dag.base))
     deadline = time.perf_counter() + max(0.0, float(time_limit))
     rounds_left = max_rounds if max_rounds is not None else 1 << 62
-    budget, first = 64, True
+    # a fixed number of move evaluations per compiled call (a few ms): the walk does not
+    # depend on the machine's speed, only where the time limit cuts it does
+    budget, first = max(32, 400_000 // (n + 1)), True
     home = order.copy()
     init = order.copy()
-    state = np.array([0, 0, -1, 0], dtype=np.int64)  # kick size, stalled rounds, walk's best (peak, count)
+    # kick size, stalled rounds, walk's best (peak, count), position in the pass, pass improved
+    state = np.array([0, 0, -1, 0, -1, 0], dtype=np.int64)
+    perm = np.empty(n, np.int64)
     best_peak = dag_peak(dag, best, validate=False)
     while rounds_left > 0 and best_peak > stop:
         t0 = time.perf_counter()
@@ -650,25 +685,23 @@ def local_search_dag(dag: SignedDAG, initial_order: Sequence[int] | None = None,
         best_peak, _, done, evals = _ils(order, best, dag.delta, dag.transient, np.int64(dag.base), dag.pred_ptr,
                                          dag.pred_idx, dag.succ_ptr, dag.succ_idx, rounds_left, kick_max, seed,
                                          first, closure, budget, np.int64(stop), home, state, init, slack,
-                                         n if reach is None else int(reach))
+                                         n if reach is None else int(reach), perm)
         best_peak = int(best_peak)
         first = False
         rounds_left -= done
         if evals < budget:
             break  # finished its rounds or reached the bound
-        spent = time.perf_counter() - t0
-        # aim at about 20 ms per call so that the deadline is kept closely
-        budget = int(max(16, min(budget * 4, budget * 0.02 / spent if spent > 0 else budget * 4)))
     return best, int(dag_peak(dag, best))
 
 
 def local_search_order(graph: TensorGraph, initial_order: Sequence[int] | None = None, *, time_limit: float = 1.0,
-                       seed: int = 0, max_rounds: int | None = None, lower_bound: int | None = None
-                       ) -> tuple[np.ndarray, int]:
+                       seed: int = 0, max_rounds: int | None = None, lower_bound: int | None = None,
+                       **options) -> tuple[np.ndarray, int]:
     """:func:`local_search_dag` on a tensor graph's signed DAG; returns ``(op order, peak)``.
 
-    ``initial_order`` is an op order (default: the greedy order). The returned peak is
-    memopt's exact :func:`~memopt.core.evaluate.peak` of the returned order.
+    ``initial_order`` is an op order (default: the greedy order); ``options`` go to
+    :func:`local_search_dag`. The returned peak is memopt's exact
+    :func:`~memopt.core.evaluate.peak` of the returned order.
     """
     from memopt.core.evaluate import peak, validate_order, order_indices
 
@@ -679,6 +712,6 @@ def local_search_order(graph: TensorGraph, initial_order: Sequence[int] | None =
         validate_order(graph, idx)
         init = dag_order_from_op_order(gd, idx)
     order, _ = local_search_dag(gd.dag, init, time_limit=time_limit, seed=seed, max_rounds=max_rounds,
-                                lower_bound=lower_bound)
+                                lower_bound=lower_bound, **options)
     ops = op_order_from_dag_order(gd, order)
     return ops, peak(graph, ops)
