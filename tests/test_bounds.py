@@ -484,3 +484,18 @@ def test_exact_bounds_on_real_graphs(name, forward, pair):
     for b in (fb, rb, pb):
         rep = verify_certificate(json.loads(json.dumps(make_certificate(dag, full, b))))
         assert rep.bound == b.value and rep.peak_ok
+
+
+@pytest.mark.parametrize("name, forward", [
+    ("random_layered_n250_w0.43_nlv0.75_ed0.2_scd0.14.json", 105170),
+    ("random_layered_n500_w0.36_nlv0.75_ed0.2_scd0.14.json", 247960),
+    ("random_layered_n1000_w0.31_nlv0.75_ed0.2_scd0.14.json", 550170),
+    ("ResNet50_256_224_224_3_test_nx.json", 2466250752),
+])
+def test_exact_trap_values_on_larger_graphs(name, forward):
+    from memopt.io.checkmate import load_checkmate
+
+    dag = load_checkmate(shared_graph(name)).dag
+    fb = forward_trap_bound(dag)
+    assert fb.value == forward == reverse_trap_bound(dag).value
+    assert verify_certificate(make_certificate(dag, dag.topological_order(), fb)).bound == forward

@@ -76,7 +76,7 @@ def test_inductor_estimate_is_exact_without_workspace_and_inputs(g):
 
 
 # ----------------------------------------------------------------- heuristics vs brute force
-@settings(max_examples=40)
+@settings(max_examples=60)
 @given(random_graphs())
 def test_every_heuristic_is_a_valid_order_no_better_than_the_optimum(g):
     _, best = brute_force_schedule(g)
@@ -245,7 +245,7 @@ def random_tree(rng: np.random.Generator, n: int, out_tree: bool) -> TensorGraph
     return TensorGraph.build(tensors, ops)
 
 
-@settings(max_examples=80)
+@settings(max_examples=150)
 @given(st.integers(0, 2**32 - 1), st.integers(1, 9), st.booleans())
 def test_liu_is_optimal_on_random_trees(seed, n, out_tree):
     g = random_tree(np.random.default_rng(seed), n, out_tree)
@@ -326,7 +326,7 @@ def random_sp(rng: np.random.Generator, n_ops: int, extras: bool) -> TensorGraph
     return TensorGraph.build(tensors, ops)
 
 
-@settings(max_examples=100)
+@settings(max_examples=200)
 @given(st.integers(0, 2**32 - 1), st.integers(2, 9), st.booleans())
 def test_series_parallel_is_optimal_on_random_sp_graphs(seed, n, extras):
     g = random_sp(np.random.default_rng(seed), n, extras)

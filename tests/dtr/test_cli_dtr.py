@@ -118,3 +118,28 @@ def test_as_a_process():
         capture_output=True, text=True, env=env, timeout=300,
     )
     assert bad.returncode == 2 and "Traceback" not in bad.stderr and "bad grid" in bad.stderr
+
+
+def test_sweep_repeats_flag_nondeterminism_with_exit_status_1(capsys, monkeypatch):
+    import dataclasses
+
+    import memopt.dtr as dtr
+
+    real = dtr.replay
+    runs: dict[int, int] = {}
+
+    def flaky(trace, budget, heuristic="dtr", **kw):
+        runs[budget] = runs.get(budget, 0) + 1
+        result = real(trace, budget, heuristic, **kw)
+        return dataclasses.replace(result, max_memory=result.max_memory + runs[budget])
+
+    monkeypatch.setattr(dtr, "replay", flaky)
+    code, out, err = _run(capsys, "dtr", "sweep", str(UNET), "--grid", "0.5:0.6:0.1", "--jobs", "1",
+                          "--repeats", "2", "--json")
+    assert code == 1
+    assert json.loads(out)["nondeterministic"] == [0.5, 0.6]
+    assert "not deterministic at ratios 0.5, 0.6" in err
+    monkeypatch.setattr(dtr, "replay", real)
+    code, out, err = _run(capsys, "dtr", "sweep", str(UNET), "--grid", "0.5:0.6:0.1", "--jobs", "1",
+                          "--repeats", "2", "--json")
+    assert code == 0 and json.loads(out)["nondeterministic"] == [] and err == ""

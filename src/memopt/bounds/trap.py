@@ -129,12 +129,79 @@ def _closure_sums(anc, vals):
     return up, down
 
 
+@numba.njit(cache=True)
+def _network_kernel(pin, pout, w, edges, ea, eb, inf):
+    """Arcs of one cut network in canonical order, in one pass (see :func:`_arcs`).
+
+    Returns ``(tails, heads, caps, w(pin), sum of negative free deltas, free mask, clash)``;
+    ``clash`` means a node is forced both in and out (the forcing is impossible). The edge
+    ``ea -> eb`` (if ``ea >= 0``) joins the edges at its lexicographic place.
+    """
+    n = w.shape[0]
+    m = edges.shape[0]
+    free = np.empty(n, np.bool_)
+    clash = False
+    w_pin = 0
+    neg_free = 0
+    count = 0
+    for x in range(n):
+        if pin[x] and pout[x]:
+            clash = True
+        free[x] = not (pin[x] or pout[x])
+        if pin[x]:
+            w_pin += w[x]
+        if free[x] and w[x] != 0:
+            count += 1
+            if w[x] < 0:
+                neg_free += w[x]
+    size = count + m + 1
+    tails = np.empty(size, np.int64)
+    heads = np.empty(size, np.int64)
+    caps = np.empty(size, np.int64)
+    k = 0
+    for x in range(n):
+        if free[x] and w[x] < 0:
+            tails[k] = n
+            heads[k] = x
+            caps[k] = -w[x]
+            k += 1
+    for x in range(n):
+        if free[x] and w[x] > 0:
+            tails[k] = x
+            heads[k] = n + 1
+            caps[k] = w[x]
+            k += 1
+    use_extra = ea >= 0 and free[ea] and free[eb]
+    for i in range(m):
+        p = edges[i, 0]
+        x = edges[i, 1]
+        if use_extra and (ea < p or (ea == p and eb <= x)):
+            if not (ea == p and eb == x):
+                tails[k] = eb
+                heads[k] = ea
+                caps[k] = inf
+                k += 1
+            use_extra = False
+        if free[p] and free[x]:
+            tails[k] = x
+            heads[k] = p
+            caps[k] = inf
+            k += 1
+    if use_extra:
+        tails[k] = eb
+        heads[k] = ea
+        caps[k] = inf
+        k += 1
+    return tails[:k], heads[:k], caps[:k], w_pin, neg_free, free, clash
+
+
 @dataclass(frozen=True, eq=False)
 class _Net:
     """What every cut of one DAG shares: weights, canonical edge list, reachability."""
 
     n: int
     w: np.ndarray          # int64 delta
+    wr: np.ndarray         # int64 -delta (the reversed program's deltas)
     t: np.ndarray          # int64 transient
     base: int
     end: int               # base + sum(delta): memory after the last node
@@ -160,7 +227,7 @@ def _net(dag: SignedDAG) -> _Net:
     anc = _ancestor_matrix(np.asarray(dag.topological_order(), np.int64), dag.pred_ptr, dag.pred_idx, n)
     w = np.asarray(dag.delta, np.int64)
     inf = int(np.abs(w).sum()) + 1
-    net = _Net(n=n, w=w, t=np.asarray(dag.transient, np.int64), base=int(dag.base),
+    net = _Net(n=n, w=w, wr=-w, t=np.asarray(dag.transient, np.int64), base=int(dag.base),
                end=int(dag.base) + int(w.sum()), edges=e, redges=r, anc=anc, inf=inf)
     dag._cache["trap_net"] = net
     return net
@@ -220,10 +287,10 @@ def _forced_sets(net: _Net, v: int, force_in, force_out, reverse: bool):
 def _arcs(net: _Net, v: int, force_in=(), force_out=(), reverse: bool = False, extra: tuple = ()):
     """Canonical network of one cut: (tails, heads, caps, constant, pin, free) or None if infeasible.
 
-    Canonical arc order (the checker rebuilds it independently): source arcs of the free
-    negative nodes by increasing id, sink arcs of the free positive nodes by increasing id,
-    then one infinite arc ``x -> p`` per program edge ``(p, x)`` inside the free set, edges
-    in lexicographic order. Node ``n`` is the source, ``n + 1`` the sink. The reversed
+    Canonical arc order (deterministic flows): source arcs of the free negative nodes by
+    increasing id, sink arcs of the free positive nodes by increasing id, then one infinite
+    arc ``x -> p`` per program edge ``(p, x)`` inside the free set, edges in lexicographic
+    order. The checker rebuilds the network independently from the DAG. Node ``n`` is the source, ``n + 1`` the sink. The reversed
     program has deltas negated and edges reversed. ``extra = (a, b)`` adds the edge
     ``a -> b`` to the (forward) DAG first: the trap of ``v`` in schedules running ``a`` before ``b``.
     """
@@ -237,29 +304,15 @@ def _arcs(net: _Net, v: int, force_in=(), force_out=(), reverse: bool = False, e
         if v == a or net.anc[a, v]:        # v ∈ anc[a] ∪ {a}: now b and its descendants come after
             pout |= net.anc[:, b]
             pout[b] = True
-    if np.any(pin & pout):
+    w = net.wr if reverse else net.w
+    ea, eb = (int(extra[0]), int(extra[1])) if extra else (-1, -1)
+    tails, heads, caps, w_pin, neg_free, free, clash = _network_kernel(pin, pout, w, edges, ea, eb, net.inf)
+    if clash:
         return None
-    free = ~(pin | pout)
-    w = -net.w if reverse else net.w
-    xs = np.flatnonzero(free & (w < 0))
-    xt = np.flatnonzero(free & (w > 0))
-    em = free[edges[:, 0]] & free[edges[:, 1]] if edges.size else np.zeros(0, bool)
-    ep, ex = edges[em, 0], edges[em, 1]
-    if extra and free[a] and free[b]:
-        # the hypothesised edge joins the free edges at its lexicographic place (unless present)
-        key = ep * net.n + ex
-        k = a * net.n + b
-        i = int(np.searchsorted(key, k))
-        if i == key.size or key[i] != k:
-            ep, ex = np.insert(ep, i, a), np.insert(ex, i, b)
-    n = net.n
-    tails = np.concatenate([np.full(xs.size, n, np.int64), xt, ex])
-    heads = np.concatenate([xs, np.full(xt.size, n + 1, np.int64), ep])
-    caps = np.concatenate([-w[xs], w[xt], np.full(ep.size, net.inf, np.int64)])
     base = net.end if reverse else net.base
     # memory while v runs = base + w(pin) + neg(F) + cut + delta(v) + transient(v), in the program;
     # the reversed program's "while v runs" misses delta(v) compared with ours: add it back.
-    const = base + int(w[pin].sum()) + int(w[xs].sum()) + int(w[v]) + int(net.t[v]) + (int(net.w[v]) if reverse else 0)
+    const = base + int(w_pin) + int(neg_free) + int(w[v]) + int(net.t[v]) + (int(net.w[v]) if reverse else 0)
     return tails, heads, caps, const, pin, free
 
 
@@ -359,6 +412,7 @@ def _all_traps(net: _Net, nodes: np.ndarray, reverse: bool = False, *, prune_bel
 # accept; beyond them the bounds fall back to the O(n) ones (start and end memory), flagged.
 MAX_TRAP_NODES = 8000
 MAX_PAIR_NODES = 4000
+PROBE_ALL_NODES = 1200   # probing hypotheses range over all nodes up to this size
 
 
 def _fallback(dag: SignedDAG, name: str, limit: int) -> Bound:
@@ -678,10 +732,11 @@ def _augment(net: _Net, new_edges) -> _Net | None:
         ancc_u[u] = True
         anc[rows] |= ancc_u                # ... now come after u and u's ancestors
     e = np.concatenate([net.edges, np.asarray(new_edges, np.int64).reshape(-1, 2)])
-    e = np.unique(e, axis=0)               # lexicographic order
+    e = np.ascontiguousarray(np.unique(e, axis=0))   # lexicographic order
     r = e[:, ::-1]
     r = np.ascontiguousarray(r[np.lexsort((r[:, 1], r[:, 0]))])
-    return _Net(n=net.n, w=net.w, t=net.t, base=net.base, end=net.end, edges=e, redges=r, anc=anc, inf=net.inf)
+    return _Net(n=net.n, w=net.w, wr=net.wr, t=net.t, base=net.base, end=net.end, edges=e, redges=r, anc=anc,
+                inf=net.inf)
 
 
 def _probe(net0: _Net, cand: np.ndarray, limit: int, deadline: float, stats: dict, max_tries: int = 6,
@@ -730,6 +785,8 @@ def _probe(net0: _Net, cand: np.ndarray, limit: int, deadline: float, stats: dic
             if time.perf_counter() > deadline:
                 return None, steps
         stats["cuts"] += len(single)
+        if time.perf_counter() > deadline:
+            return None, steps
         T = np.array([single[v].value for v in cand.tolist()], np.float64)
         P = np.stack([single[v].ideal for v in cand.tolist()])
         P[np.arange(k), cand] = True                                   # P_x = S_x ∪ {x}
@@ -748,6 +805,8 @@ def _probe(net0: _Net, cand: np.ndarray, limit: int, deadline: float, stats: dic
         refuted: dict[tuple[int, int], _Cut] = {}
         hyps = []
         for iu in range(k):
+            if iu % 64 == 0 and time.perf_counter() > deadline:
+                return None, steps
             # hypothesis u -> v violates P_x iff v ∈ P_x and u ∉ P_x, or x = u and v ∈ P_u
             aff = Pc & ~Pc[:, iu][:, None]
             aff[iu, :] |= Pc[iu, :]
@@ -800,7 +859,8 @@ def probing_trap_bound(dag, *, upper: int | None = None, time_limit: float = 10.
     edges derived before it) and the final contradiction.
 
     Hypotheses range over pairs of ``nodes`` (default: every node, releases included: that
-    a tensor is freed before or after an op runs is often the decisive case). Edges derived
+    a tensor is freed before or after an op runs is often the decisive case; above
+    ``PROBE_ALL_NODES`` nodes, the allocating ones only, to keep the screen affordable). Edges derived
     by a probe that fails at ``L`` hold below ``L``, so the bisection reuses them.
     """
     t0 = time.perf_counter()
@@ -813,7 +873,11 @@ def probing_trap_bound(dag, *, upper: int | None = None, time_limit: float = 10.
         start = pair_trap_bound(dag, time_limit=max(0.0, time_limit / 4), target=upper, nodes=nodes)
     # every node takes part: hypotheses on releases ("t is freed before v runs") are the
     # strongest derivations on tensor graphs
-    cand = (np.arange(net.n) if nodes is None else np.unique(np.asarray(nodes, np.int64))).astype(np.int64)
+    if nodes is None:   # all nodes while the O(k^3) screen stays cheap, then the allocating ones
+        cand = np.arange(net.n) if net.n <= PROBE_ALL_NODES else np.flatnonzero(net.w + net.t > 0)
+    else:
+        cand = np.unique(np.asarray(nodes, np.int64))
+    cand = cand.astype(np.int64)
     if upper is None:
         upper = net.base + int(np.maximum(net.w, 0).sum()) + int(net.t.max(initial=0))
     lo, hi = start.value, int(upper)      # the optimum lies in [lo, hi]

@@ -26,7 +26,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from memopt.core.tensor_graph import TensorGraph, _csr
+from memopt.core.tensor_graph import TensorGraph, _csr, unique_sorted
 from memopt.errors import GraphError, ScheduleError
 
 
@@ -64,7 +64,7 @@ class SignedDAG:
         if loops.size:
             raise GraphError(f"cycle: node {names[int(e[loops[0], 0])]!r} depends on itself")
         if e.size:
-            key = np.unique(e[:, 0] * n + e[:, 1])
+            key = unique_sorted(e[:, 0] * n + e[:, 1])
             e = np.stack([key // n, key % n], axis=1)
         sp, si = _csr(e[:, 0], e[:, 1], n)
         pp, pi = _csr(e[:, 1], e[:, 0], n)

@@ -14,6 +14,19 @@ cheap float approximation and re-evaluates exactly only the near-minimal candida
 The kernel is *resumable*: all state lives in arrays, and ``run`` returns whenever it
 needs something from Python (a user-defined heuristic's choice, bigger buffers) or is
 done. Status codes are the ``ST_*`` constants below.
+
+Data layout: tensors and storages are integers (simrd's creation order); a storage's
+regions live in a slot of ``reg_bits[slot, 4, words]`` (interior and frontier bitsets,
+towards children and towards parents) allocated while it is material; region
+traversals walk a deduplicated storage-level adjacency whose edges carry the tensor id
+from which they exist. The eviction pool is simrd's list with tombstones. Deviations
+that cannot change an outcome: regions of pinned storages are not maintained (simrd
+only ever writes them: a pinned storage is never scored nor evicted), and a fresh
+equivalence-class node is still created for every new storage because simrd merges
+not-yet-computed outputs into classes.
+
+simrd's assertion failures (e.g. an absorb of a storage missing from a stale frontier)
+are reported as ``ST_ERROR`` with an ``ERR_*`` code instead of a wrong result.
 """
 
 from __future__ import annotations
@@ -98,6 +111,18 @@ EV_REMAT = 1
 
 LA_NEG_INF = np.iinfo(np.int64).min
 TWO53 = 1 << 53
+
+
+_DEBRUIJN = np.uint64(0x03F79D71B4CB0A89)
+_DEBRUIJN_INDEX = np.zeros(64, dtype=np.int64)
+for _i in range(64):
+    _DEBRUIJN_INDEX[((1 << _i) * 0x03F79D71B4CB0A89 % (1 << 64)) >> 58] = _i
+
+
+@njit(cache=True, inline='always')
+def _ctz(low):
+    """Index of the single set bit of ``low`` (a power of two), by de Bruijn lookup."""
+    return _DEBRUIJN_INDEX[(low * _DEBRUIJN) >> np.uint64(58)]
 
 
 @njit(cache=True)
@@ -218,7 +243,7 @@ def _uf_find(x, uf_parent):
     return r
 
 
-@njit(cache=True)
+@njit(cache=True, inline='always')
 def _uf_new(value, uf_parent, uf_value, sc):
     n = sc[SC_NNODES]
     uf_parent[n] = -1
@@ -231,7 +256,7 @@ def _uf_new(value, uf_parent, uf_value, sc):
 # regions (simrd's Region): bitsets per slot; dir 0 = children (region), 1 = parents
 # reg_bits[slot, 2*dir] = interior, reg_bits[slot, 2*dir+1] = frontier
 # --------------------------------------------------------------------------------------
-@njit(cache=True)
+@njit(cache=True, inline='always')
 def _region_rebuild(x, d, s_slot, reg_bits, reg_comp, s_material, s_compute, t_storage,
                     adj_start, adj_edge, tcount, dfs, sc):
     """simrd's ``Region.rebuild``: evicted storages reachable from ``x`` through evicted
@@ -272,7 +297,7 @@ def _region_rebuild(x, d, s_slot, reg_bits, reg_comp, s_material, s_compute, t_s
     reg_comp[slot, d] = comp
 
 
-@njit(cache=True)
+@njit(cache=True, inline='always')
 def _region_absorb(x, d, s, s_slot, reg_bits, reg_comp, s_compute, sc):
     """Region of ``x`` (direction d) absorbs the just-evicted frontier storage ``s``."""
     xs = s_slot[x]
@@ -306,11 +331,7 @@ def _region_absorb(x, d, s, s_slot, reg_bits, reg_comp, s_compute, sc):
             base = k << 6
             while diff != 0:
                 low = diff & (~diff + np.uint64(1))
-                b = 0
-                m = low
-                while m > np.uint64(1):
-                    m >>= np.uint64(1)
-                    b += 1
+                b = _ctz(low)
                 comp += s_compute[base + b]
                 diff ^= low
     reg_comp[xs, d] = comp
@@ -320,7 +341,7 @@ def _region_absorb(x, d, s, s_slot, reg_bits, reg_comp, s_compute, sc):
 # --------------------------------------------------------------------------------------
 # scoring (simrd's Heuristic.evaluate), approximate and exact
 # --------------------------------------------------------------------------------------
-@njit(cache=True)
+@njit(cache=True, inline='always')
 def _numerator(s, h, s_compute, s_slot, reg_comp, uf_parent, uf_value, ecn, uf_mark, sc,
                s_material, s_tensor_start, s_tensors, t_storage, t_op, op_arg_start,
                op_args, t_child_start, t_children):
@@ -782,11 +803,7 @@ def run(pa, sc,
                     word = bits[w]
                     while word != 0:
                         low = word & (~word + np.uint64(1))
-                        b = 0
-                        m = low
-                        while m > np.uint64(1):
-                            m >>= np.uint64(1)
-                            b += 1
+                        b = _ctz(low)
                         x = (w << 6) + b
                         word ^= low
                         if s_pinned[x]:
@@ -876,7 +893,7 @@ def _unlock(s, s_ref_int, pool, pool_pos, sc):
         _pool_add(s, pool, pool_pos, sc)
 
 
-@njit(cache=True)
+@njit(cache=True, inline='always')
 def _pin(s, sc, s_material, s_pinned, s_ref_int, pool, pool_pos):
     if not s_material[s]:
         sc[SC_ERR] = ERR_LOCK_EVICTED
@@ -890,7 +907,7 @@ def _pin(s, sc, s_material, s_pinned, s_ref_int, pool, pool_pos):
     return True
 
 
-@njit(cache=True)
+@njit(cache=True, inline='always')
 def _evict(s, sc, use_regions, use_eq, s_ref_int, s_pinned, s_is_const, s_material, s_size,
            pool, pool_pos, s_tensor_start, s_tensors, t_defined, s_slot, slot_free, reg_bits,
            reg_comp, s_compute, ecn, uf_parent, uf_value, t_storage, t_op, op_arg_start,
@@ -918,11 +935,7 @@ def _evict(s, sc, use_regions, use_eq, s_ref_int, s_pinned, s_is_const, s_materi
                 word = fr[w]
                 while word != 0:
                     low = word & (~word + np.uint64(1))
-                    b = 0
-                    m = low
-                    while m > np.uint64(1):
-                        m >>= np.uint64(1)
-                        b += 1
+                    b = _ctz(low)
                     word ^= low
                     x = (w << 6) + b
                     if s_pinned[x]:
@@ -964,7 +977,7 @@ def _evict(s, sc, use_regions, use_eq, s_ref_int, s_pinned, s_is_const, s_materi
     return True
 
 
-@njit(cache=True)
+@njit(cache=True, inline='always')
 def _merge(ns, node, ecn, uf_parent, uf_value, sc):
     if ecn[ns] < 0:
         sc[SC_ERR] = ERR_ECN

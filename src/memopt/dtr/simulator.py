@@ -19,6 +19,11 @@ The work happens in :mod:`memopt.dtr._kernels` (numba); this module prepares its
 serves user-defined heuristics and bigger buffers when the kernel asks, and packages the
 outcome. Results equal simrd's field by field: ``status``, ``clock`` (starts at 1),
 ``model_compute``, ``remat_compute``, ``max_memory``, ``heuristic_evals``.
+
+Speed: besides the compiled kernel, a replay whose heuristic needs bookkeeping (regions,
+equivalence classes) first runs a *probe* without it that stops at the first eviction
+choice -- until then the run cannot depend on the heuristic, so when no choice is ever
+needed (generous budgets, or an OOM with an empty pool) the probe's outcome is final.
 """
 
 from __future__ import annotations

@@ -234,7 +234,9 @@ def schedule(model, method: str = "auto", time_limit: float = 10.0, *, input_ord
             from memopt.schedule.greedy import greedy_dag_order
 
             bar.set_status("greedy")
-            consider("greedy", m.from_full(greedy_dag_order(m.dag)))
+            # the input order is greedy's reference: it never returns anything worse than it
+            ref = m.to_full(input_order) if input_order is not None else None
+            consider("greedy", m.from_full(greedy_dag_order(m.dag, reference=ref)))
 
         bound_list = []
         lb = int(m.dag.base)

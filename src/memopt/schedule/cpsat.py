@@ -39,7 +39,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from memopt.core.signed_dag import SignedDAG, complete_order, dag_peak, validate_node_order
+from memopt.schedule.ideal_search import reachability
 from memopt.schedule.result import ExactResult
+
+
+# models with more order/release literals than this are not built (the build alone would
+# take minutes in Python); the solvers then return their incumbent, status "model_too_large"
+MAX_LITERALS = 1_500_000
 
 
 @dataclass
@@ -50,25 +56,22 @@ class _Structure:
     alloc_parents: list        # per alloc slot: alloc slots that must directly precede it
     scale: int
 
-
-def _reachability(dag: SignedDAG) -> np.ndarray:
-    n = dag.n
-    words = (n + 63) // 64
-    bits = np.zeros((n, words), np.uint64)
-    for v in dag.topological_order()[::-1]:
-        v = int(v)
-        for s in dag.succ(v):
-            s = int(s)
-            bits[v] |= bits[s]
-            bits[v, s >> 6] |= np.uint64(1) << np.uint64(s & 63)
-    return np.unpackbits(bits.view(np.uint8), axis=1, bitorder="little")[:, :n].astype(np.bool_)
+    def literals(self) -> int:
+        """Number of order and release literals of the model (incomparable pairs)."""
+        A, Rl, R = self.alloc, self.rels, self.reach
+        sub = R[np.ix_(A, A)]
+        pairs = int((~(sub | sub.T)).sum() - A.shape[0]) // 2
+        if Rl.size:
+            rs = R[np.ix_(Rl, A)] | R[np.ix_(A, Rl)].T
+            pairs += int((~rs).sum())
+        return pairs
 
 
 def _structure(dag: SignedDAG) -> _Structure:
     is_rel = dag.is_release
     alloc = np.flatnonzero(~is_rel)
     rels = np.flatnonzero(is_rel & (dag.delta < 0))
-    reach = _reachability(dag)
+    reach = reachability(dag)
     slot = np.full(dag.n, -1, np.int64)
     slot[alloc] = np.arange(alloc.shape[0])
     # nearest allocating ancestors through release-only paths: these precedences imply all
@@ -93,7 +96,12 @@ def _structure(dag: SignedDAG) -> _Structure:
     return _Structure(alloc, rels, reach, parents, max(g, 1))
 
 
-def _build(dag: SignedDAG, st: _Structure, *, lower: int, upper: int | None, minimise: bool, hint_order=None):
+class _BuildTimeout(Exception):
+    """The time limit ran out while the model was being built."""
+
+
+def _build(dag: SignedDAG, st: _Structure, *, lower: int, upper: int | None, minimise: bool, hint_order=None,
+           deadline: float = float("inf")):
     from ortools.sat.python import cp_model
 
     m = cp_model.CpModel()
@@ -102,23 +110,25 @@ def _build(dag: SignedDAG, st: _Structure, *, lower: int, upper: int | None, min
     delta = dag.delta.astype(np.int64) // sc
     trans = dag.transient.astype(np.int64) // sc
     base = int(dag.base) // sc
-    pos = [m.NewIntVar(0, max(na - 1, 0), f"pos{int(v)}") for v in A]
+    pos = [m.new_int_var(0, max(na - 1, 0), f"pos{int(v)}") for v in A]
     if na > 1:
-        m.AddAllDifferent(pos)
+        m.add_all_different(pos)
     for j, ps in enumerate(st.alloc_parents):
         for i in ps:
-            m.Add(pos[i] < pos[j])
+            m.add(pos[i] < pos[j])
     # before[i][j]: literal / constant "A[i] runs before A[j]"
     lits: dict = {}
     for i in range(na):
+        if time.perf_counter() > deadline:
+            raise _BuildTimeout
         u = int(A[i])
         for j in range(i + 1, na):
             v = int(A[j])
             if R[u, v] or R[v, u]:
                 continue
-            b = m.NewBoolVar(f"b{u}_{v}")
-            m.Add(pos[i] < pos[j]).OnlyEnforceIf(b)
-            m.Add(pos[i] > pos[j]).OnlyEnforceIf(b.Not())
+            b = m.new_bool_var(f"b{u}_{v}")
+            m.add(pos[i] < pos[j]).only_enforce_if(b)
+            m.add(pos[i] > pos[j]).only_enforce_if(b.negated())
             lits[(i, j)] = b
 
     def before(i: int, j: int):
@@ -128,20 +138,23 @@ def _build(dag: SignedDAG, st: _Structure, *, lower: int, upper: int | None, min
             return True
         if R[v, u] or i == j:
             return False
-        return lits[(i, j)] if i < j else lits[(j, i)].Not()
+        return lits[(i, j)] if i < j else lits[(j, i)].negated()
 
     slot = np.full(dag.n, -1, np.int64)
     slot[A] = np.arange(na)
     is_rel = dag.is_release
     # every upper limit on the level uses an integer peak variable
-    hi_val = int(upper) // sc if upper is not None else base + int(np.maximum(delta, 0).sum()) + int(trans.max(initial=0))
+    most = base + int(np.maximum(delta, 0).sum()) + int(trans.max(initial=0))  # no order exceeds this
+    hi_val = int(upper) // sc if upper is not None else most
     lo_val = max(base, -(-int(lower) // sc))  # ceil: the peak is a multiple of sc
     if lo_val > hi_val:
         return None
-    peak = m.NewIntVar(lo_val, hi_val, "peak")
+    peak = m.new_int_var(lo_val, hi_val, "peak")
     topo_rels = [int(r) for r in dag.topological_order() if is_rel[int(r)]]
     c_hint_src = {}
     for j in range(na):
+        if time.perf_counter() > deadline:
+            raise _BuildTimeout
         v = int(A[j])
         terms, coefs = [], []
         const = base + int(delta[v]) + int(trans[v])
@@ -186,32 +199,32 @@ def _build(dag: SignedDAG, st: _Structure, *, lower: int, upper: int | None, min
                 if delta[r]:
                     const += int(delta[r])
                 continue
-            c = m.NewBoolVar(f"c{r}_{v}")
+            c = m.new_bool_var(f"c{r}_{v}")
             for s in conds:
-                m.AddImplication(c, s)
+                m.add_implication(c, s)
             rel_state[r] = c
             c_hint_src[(r, j)] = c
             if delta[r]:
                 terms.append(c)
                 coefs.append(int(delta[r]))
         if terms:
-            m.Add(cp_model.LinearExpr.WeightedSum(terms, coefs) + const <= peak)
+            m.add(cp_model.LinearExpr.weighted_sum(terms, coefs) + const <= peak)
         else:
-            m.Add(peak >= const)
+            m.add(peak >= const)
     if minimise:
-        m.Minimize(peak)
+        m.minimize(peak)
     if hint_order is not None:
         order = np.asarray(hint_order, np.int64)
         where = np.empty(dag.n, np.int64)
         where[order] = np.arange(order.shape[0])
         arank = np.argsort(np.argsort(where[A]))
         for j in range(na):
-            m.AddHint(pos[j], int(arank[j]))
+            m.add_hint(pos[j], int(arank[j]))
         for (i, j), b in lits.items():
-            m.AddHint(b, bool(where[A[i]] < where[A[j]]))
+            m.add_hint(b, bool(where[A[i]] < where[A[j]]))
         for (r, j), c in c_hint_src.items():
-            m.AddHint(c, bool(where[r] < where[A[j]]))
-        m.AddHint(peak, min(hi_val, max(lo_val, dag_peak(dag, order, validate=False) // sc)))
+            m.add_hint(c, bool(where[r] < where[A[j]]))
+        m.add_hint(peak, min(hi_val, max(lo_val, dag_peak(dag, order, validate=False) // sc)))
     return m, pos, peak
 
 
@@ -227,7 +240,7 @@ def _solver(time_limit: float, num_workers: int, seed: int):
 
 
 def _order_from_positions(dag: SignedDAG, st: _Structure, solver, pos) -> np.ndarray:
-    p = np.array([solver.Value(x) for x in pos], np.int64)
+    p = np.array([solver.value(x) for x in pos], np.int64)
     alloc_order = st.alloc[np.argsort(p, kind="stable")]
     return complete_order(dag, alloc_order)
 
@@ -244,10 +257,11 @@ def solve_cpsat(dag: SignedDAG, *, time_limit: float = 10.0, initial_order=None,
                 num_workers: int = 2, seed: int = 0) -> ExactResult:
     """Minimum-peak order of ``dag`` by CP-SAT; the best order found, its peak, the proven bound.
 
-    ``initial_order`` (full node order; default: the greedy order) hints the solver and caps the peak; ``lower_bound``
-    (a valid bound) is added as a constraint. Deterministic for a fixed ``seed`` and
-    ``num_workers=1``; with several workers the order found may vary between runs (the
-    optimal peak does not).
+    ``initial_order`` (full node order; default: the greedy order) hints the solver and
+    caps the peak; ``lower_bound`` (a valid bound) is added as a constraint. Deterministic
+    for a fixed ``seed`` and ``num_workers=1``; with several workers the order found may
+    vary between runs (the optimal peak does not). Models with more than ``MAX_LITERALS``
+    literals are not built: the incumbent comes back with status ``model_too_large``.
     """
     from ortools.sat.python import cp_model
 
@@ -267,23 +281,30 @@ def solve_cpsat(dag: SignedDAG, *, time_limit: float = 10.0, initial_order=None,
     lo = max(int(dag.base), int(lower_bound or 0))
     if inc_peak is not None and lo >= inc_peak:
         return ExactResult(inc_order, inc_peak, inc_peak, True, "cpsat", time.perf_counter() - t0, {"status": "bound"})
-    built = _build(dag, st, lower=lo, upper=inc_peak, minimise=True, hint_order=inc_order)
-    stats = {"scale": st.scale}
+    stats = {"scale": st.scale, "literals": st.literals()}
+    if stats["literals"] > MAX_LITERALS:
+        stats["status"] = "model_too_large"
+        return ExactResult(inc_order, inc_peak, lo, False, "cpsat", time.perf_counter() - t0, stats)
+    try:
+        built = _build(dag, st, lower=lo, upper=inc_peak, minimise=True, hint_order=inc_order, deadline=t0 + time_limit)
+    except _BuildTimeout:
+        stats["status"] = "time_limit_while_building"
+        return ExactResult(inc_order, inc_peak, lo, False, "cpsat", time.perf_counter() - t0, stats)
     if built is None:
         return ExactResult(inc_order, inc_peak, inc_peak, True, "cpsat", time.perf_counter() - t0, stats)
     m, pos, peak = built
     stats["variables"] = len(m.Proto().variables)
     left = time_limit - (time.perf_counter() - t0)
     solver = _solver(left, num_workers, seed)
-    status = solver.Solve(m)
-    stats["status"] = solver.StatusName(status)
+    status = solver.solve(m)
+    stats["status"] = solver.status_name(status)
     best_order, best = inc_order, inc_peak
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         order = _order_from_positions(dag, st, solver, pos)
         p = dag_peak(dag, order)
         if best is None or p < best:
             best_order, best = order, p
-        bound = int(round(solver.BestObjectiveBound())) * st.scale
+        bound = int(round(solver.best_objective_bound)) * st.scale
         lo = max(lo, bound if status != cp_model.OPTIMAL else min(p, best))
     elif status == cp_model.INFEASIBLE:
         # peak <= incumbent is always feasible; infeasible only if the lower bound exceeds it
@@ -297,7 +318,8 @@ def solve_cpsat(dag: SignedDAG, *, time_limit: float = 10.0, initial_order=None,
 def cpsat_peak_at_most(dag: SignedDAG, bound: int, *, time_limit: float = 10.0, num_workers: int = 2,
                        seed: int = 0, hint_order=None):
     """Decision version: ``(True, order)`` if an order has peak ``<= bound``, ``(False, None)``
-    if CP-SAT proves none does, ``(None, None)`` when the time limit ran out first."""
+    if CP-SAT proves none does, ``(None, None)`` when the time limit ran out first (or the
+    model is too large to build)."""
     from ortools.sat.python import cp_model
 
     t0 = time.perf_counter()
@@ -307,12 +329,18 @@ def cpsat_peak_at_most(dag: SignedDAG, bound: int, *, time_limit: float = 10.0, 
     if triv is not None:
         return (triv.peak <= bound, triv.order if triv.peak <= bound else None)
     st = _structure(dag)
-    built = _build(dag, st, lower=int(dag.base), upper=int(bound), minimise=False, hint_order=hint_order)
+    if st.literals() > MAX_LITERALS:
+        return None, None
+    try:
+        built = _build(dag, st, lower=int(dag.base), upper=int(bound), minimise=False, hint_order=hint_order,
+                       deadline=t0 + time_limit)
+    except _BuildTimeout:
+        return None, None
     if built is None:
         return False, None
     m, pos, _ = built
     solver = _solver(time_limit - (time.perf_counter() - t0), num_workers, seed)
-    status = solver.Solve(m)
+    status = solver.solve(m)
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         order = _order_from_positions(dag, st, solver, pos)
         return True, order

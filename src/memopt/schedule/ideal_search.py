@@ -33,11 +33,12 @@ lattice through moves whose level stays ``<= B``. It is decided by a depth-first
   the search (on the 250-node random layered graph it cuts the search from 2.2 million
   states to about a thousand).
 
-Optimisation. Three resumable decision searches take turns in growing time slices, all
+Optimisation. Three resumable decision searches take turns in growing slices, all
 sharing the table of dead ideals: one at ``B = lower bound`` (success proves optimality,
 failure raises the bound to its threshold), one halfway between the bound and the
 incumbent (bisection), and one just below the incumbent (a quick dive that improves it
-step by step). The lower bound starts from the root traps, the caller's bound and the
+step by step); slices are counted in states, so results do not depend on the machine's
+speed unless the time limit stops the search. The lower bound starts from the root traps, the caller's bound and the
 forward trap bound of :mod:`memopt.bounds.trap`; the incumbent from the caller's order,
 a greedy dive and :func:`memopt.schedule.greedy.greedy_dag_order`. It stops when bound and
 incumbent meet (optimal) or at the time limit (best order and proven bound).
@@ -72,6 +73,8 @@ INF = np.iinfo(np.int64).max // 4
 
 # memo table: at most this many bytes of keys
 _MEMO_BYTES = 192 * 1024 * 1024
+# larger DAGs (allocating nodes) are not searched: ideal_search returns its incumbent
+MAX_SEARCH_NODES = 20000
 
 
 @numba.njit(cache=True)
@@ -561,7 +564,9 @@ def _group_bound_tables(dag: SignedDAG, is_rel: np.ndarray, R: np.ndarray):
     desc = R[A][:, A]                                         # [v, p]: p follows v
     optional = ~anc & ~desc
     np.fill_diagonal(optional, False)
-    ungrouped = (not_desc[:, free_rels].astype(np.int64) * delta[free_rels][None, :]).sum(axis=1) if free_rels.size else 0
+    ungrouped = 0
+    if free_rels.size:
+        ungrouped = (not_desc[:, free_rels].astype(np.int64) * delta[free_rels][None, :]).sum(axis=1)
     lb_static = (int(dag.base) + delta[A] + dag.transient[A].astype(np.int64) + ungrouped
                  + np.where(anc, G, 0).sum(axis=1) + np.where(optional, np.minimum(G, 0), 0).sum(axis=1))
     gplus = np.ascontiguousarray(np.where(optional, np.maximum(G, 0), 0).T)   # [p, v]
@@ -694,16 +699,19 @@ class _Run:
         if d.base > bound:  # the memory at the start already exceeds the bound
             self.status, self.threshold = 0, int(d.base)
 
-    def advance(self, deadline: float) -> int:
-        """Search until an answer or ``deadline``; 1 found, 0 infeasible, -1 paused."""
+    def advance(self, deadline: float, max_states: int | None = None) -> int:
+        """Search until an answer, ``deadline`` or ``max_states`` more states; 1 found, 0 infeasible, -1 paused."""
         s, d = self.s, self.s.dag
+        stop = int(self.sc[_EXP]) + max_states if max_states is not None else None
         while self.status == -1:
-            if time.perf_counter() >= deadline:
+            if time.perf_counter() >= deadline or (stop is not None and self.sc[_EXP] >= stop):
                 return -1
             t0 = time.perf_counter()
             before = int(self.sc[_EXP])
-            st = _search(self.sc, np.int64(self.chunk), s.delta, s.trans, d.succ_ptr, d.succ_idx, s.is_rel,
-                         s.alloc_slot, s.gplus, s.lb_static, s.use_lb, self.done, self.deg, self.trail, self.key, self.D,
+            chunk = self.chunk if stop is None else max(1, min(self.chunk, stop - before))
+            st = _search(self.sc, np.int64(chunk), s.delta, s.trans, d.succ_ptr, d.succ_idx, s.is_rel,
+                         s.alloc_slot, s.gplus, s.lb_static, s.use_lb, self.done, self.deg, self.trail, self.key,
+                         self.D,
                          self.f_tlen, self.f_e, self.f_cptr, self.f_next, self.f_key, self.cbuf, self.ck1, self.ck2,
                          s.memo_keys, s.memo_thr, s.memo_used, s.memo_count,
                          np.int64(d.base), d.pred_ptr, d.pred_idx, s.crit, s.R, s.RT, s.dyn_traps, self.first,
@@ -717,9 +725,11 @@ class _Run:
                     setattr(self, name, new)
                 continue
             if st == -1:
-                # aim at about 20 ms per call, so that deadlines are kept closely
-                spent = time.perf_counter() - t0
-                self.chunk = int(max(64, min(self.chunk * 4, self.chunk * 0.02 / spent if spent > 0 else self.chunk * 4)))
+                if chunk == self.chunk:
+                    # aim at about 20 ms per call, so that deadlines are kept closely
+                    spent = time.perf_counter() - t0
+                    aim = self.chunk * 0.02 / spent if spent > 0 else self.chunk * 4
+                    self.chunk = int(max(16, min(self.chunk * 4, aim)))
                 continue
             self.status = int(st)
             if st == 1:
@@ -772,6 +782,18 @@ def ideal_search(dag: SignedDAG, *, time_limit: float = 10.0, initial_order=None
         if p <= max(int(lower_bound), int(dag.base)):
             return ExactResult(order=np.asarray(initial_order, np.int64), peak=p, lower_bound=p, optimal=True,
                                solver="ideal_search", seconds=time.perf_counter() - t0, stats={"runs": 0})
+    n_alloc = int(np.count_nonzero(~dag.is_release))
+    if n_alloc > MAX_SEARCH_NODES:
+        # the search state alone (a bitset per depth) would not fit: return the best incumbent
+        order = np.asarray(initial_order, np.int64) if initial_order is not None else None
+        if order is None:
+            from memopt.schedule.greedy import greedy_dag_order
+
+            order = np.asarray(greedy_dag_order(dag), np.int64)
+        p = dag_peak(dag, order)
+        lo = min(p, max(int(dag.base), int(lower_bound or 0)))
+        return ExactResult(order=order, peak=p, lower_bound=lo, optimal=lo == p, solver="ideal_search",
+                           seconds=time.perf_counter() - t0, stats={"runs": 0, "too_large": n_alloc})
     search = IdealSearch(dag, state_bound=state_bound, state_traps=state_traps,
                          setup_deadline=t0 + 0.3 * max(0.0, float(time_limit)))
     lo = max(int(dag.base), search.root_bound())
@@ -804,8 +826,10 @@ def ideal_search(dag: SignedDAG, *, time_limit: float = 10.0, initial_order=None
     # proves optimality, its failure raises lo to its threshold), one halfway between lo and
     # the incumbent (bisection), and one just below the incumbent (a loose bound: a quick
     # dive that improves the incumbent step by step). They take turns in growing slices.
+    # Slices are counted in states, not seconds, so that results do not depend on the
+    # machine's speed (unless the time limit stops the search).
     runs: dict = {}
-    slice_s, turn = 0.05, 0
+    slice_n, turn = 256, 0
     while lo < hi and time.perf_counter() < deadline:
         targets = {"prove": lo, "bisect": lo + (hi - 1 - lo) // 2, "step": hi - 1}
         for name, b in targets.items():
@@ -818,7 +842,7 @@ def ideal_search(dag: SignedDAG, *, time_limit: float = 10.0, initial_order=None
         live = [runs[k] for k in ("prove", "bisect", "step") if runs.get(k) is not None]
         run = live[turn % len(live)]
         turn += 1
-        st = run.advance(min(deadline, time.perf_counter() + slice_s))
+        st = run.advance(deadline, slice_n)
         if st == 1:
             p = dag_peak(dag, run.order)
             if p < hi:
@@ -826,7 +850,7 @@ def ideal_search(dag: SignedDAG, *, time_limit: float = 10.0, initial_order=None
         elif st == 0:
             lo = max(lo, run.threshold, run.bound + 1)
         else:
-            slice_s = min(slice_s * 1.2, 2.0)
+            slice_n = min(int(slice_n * 1.2) + 1, 1 << 20)
     timed_out = lo < hi
     lo = min(lo, hi)
     stats.update(expansions=search.expansions, memo_entries=int(search.memo_count[0]), timed_out=timed_out)

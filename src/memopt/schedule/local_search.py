@@ -671,7 +671,7 @@ def local_search_dag(dag: SignedDAG, initial_order: Sequence[int] | None = None,
     rounds_left = max_rounds if max_rounds is not None else 1 << 62
     # a fixed number of move evaluations per compiled call (a few ms): the walk does not
     # depend on the machine's speed, only where the time limit cuts it does
-    budget, first = max(32, 400_000 // (n + 1)), True
+    budget, first = max(256, 400_000 // (n + 1)), True
     home = order.copy()
     init = order.copy()
     # kick size, stalled rounds, walk's best (peak, count), position in the pass, pass improved

@@ -31,7 +31,7 @@ import time
 import numpy as np
 
 from memopt.core.signed_dag import SignedDAG, complete_order, dag_peak, validate_node_order
-from memopt.schedule.cpsat import _structure, _trivial
+from memopt.schedule.cpsat import MAX_LITERALS, _structure, _trivial
 from memopt.schedule.result import ExactResult
 
 TRANSITIVITY_LIMIT = 30
@@ -41,8 +41,10 @@ def solve_scip(dag: SignedDAG, *, time_limit: float = 10.0, initial_order=None, 
                seed: int = 0) -> ExactResult:
     """Minimum-peak order of ``dag`` by SCIP; the best order found, its peak, the proven bound.
 
-    ``initial_order`` (full node order; default: the greedy order) is given to SCIP as a start solution and caps the
-    peak; ``lower_bound`` (a valid bound) is added as a constraint.
+    ``initial_order`` (full node order; default: the greedy order) is given to SCIP as a
+    start solution and caps the peak; ``lower_bound`` (a valid bound) is added as a
+    constraint. Models with more than ``MAX_LITERALS`` literals are not built, and the
+    build itself stops at the time limit: the incumbent then comes back, not optimal.
     """
     from pyscipopt import Model, quicksum
 
@@ -65,8 +67,14 @@ def solve_scip(dag: SignedDAG, *, time_limit: float = 10.0, initial_order=None, 
     validate_node_order(dag, inc_order)
     inc_peak = dag_peak(dag, inc_order)
     lo = max(int(dag.base), int(lower_bound or 0))
-    if inc_peak is not None and lo >= inc_peak:
+    if lo >= inc_peak:
         return ExactResult(inc_order, inc_peak, inc_peak, True, "scip", time.perf_counter() - t0, {"status": "bound"})
+
+    stats = {"scale": sc, "literals": st.literals()}
+    if stats["literals"] > MAX_LITERALS:
+        stats["status"] = "model_too_large"
+        return ExactResult(inc_order, inc_peak, lo, False, "scip", time.perf_counter() - t0, stats)
+    deadline = t0 + float(time_limit)
 
     m = Model("min_peak")
     m.hideOutput()
@@ -113,7 +121,7 @@ def solve_scip(dag: SignedDAG, *, time_limit: float = 10.0, initial_order=None, 
             m.addCons(pos[i] + 1 <= pos[j] + na * (1 - var))
             m.addCons(pos[j] + 1 <= pos[i] + na * var)
 
-    hi_val = inc_peak // sc if inc_peak is not None else base + int(np.maximum(delta, 0).sum()) + int(trans.max(initial=0))
+    hi_val = inc_peak // sc
     peak = m.addVar(vtype="C", lb=max(base, -(-lo // sc)), ub=hi_val, name="peak")
     slot = np.full(dag.n, -1, np.int64)
     slot[A] = np.arange(na)
@@ -121,6 +129,10 @@ def solve_scip(dag: SignedDAG, *, time_limit: float = 10.0, initial_order=None, 
     topo_rels = [int(r) for r in dag.topological_order() if is_rel[int(r)]]
     y: dict = {}
     for j in range(na):
+        if time.perf_counter() > deadline:
+            m.freeProb()
+            stats["status"] = "time_limit_while_building"
+            return ExactResult(inc_order, inc_peak, lo, False, "scip", time.perf_counter() - t0, stats)
         v = int(A[j])
         const = base + int(delta[v]) + int(trans[v])
         expr = []
@@ -178,9 +190,10 @@ def solve_scip(dag: SignedDAG, *, time_limit: float = 10.0, initial_order=None, 
         m.setSolVal(sol, peak, float(inc_peak // sc))
         m.addSol(sol, free=True)
 
+    m.setParam("limits/time", max(0.01, deadline - time.perf_counter()))
     m.optimize()
     status = m.getStatus()
-    stats = {"status": status, "scale": sc, "transitivity": use_transitivity}
+    stats.update(status=status, transitivity=use_transitivity)
     best_order, best = inc_order, inc_peak
     if m.getNSols() > 0:
         sol = m.getBestSol()

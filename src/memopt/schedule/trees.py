@@ -5,7 +5,13 @@ factorization", SIAM J. Algebraic Discrete Methods 8(3), 1987. Liu's algorithm f
 order of an in-tree (every node feeds only its parent) with the least peak among *all*
 topological orders, not only the post-orders: each subtree's optimal schedule is cut into
 *hill-valley segments* and the children's segments are interleaved by decreasing
-``hill - valley``.
+``hill - valley``. Liu's levels never go below the start (every node only adds its
+output); ours can (an op frees a graph input), so a chain is first split at its lowest
+level: the descending part is cut by Liu's rule on the time-reversed part and its segments
+(which end lower than they start) run first, by increasing hill — the mirror image of
+Liu's rule — then the ascending segments by decreasing ``hill - valley``
+(:func:`merge_chains`). Both orders are the classical exchange-argument orders for
+"up-down" jobs (a job raising memory by ``H`` and leaving it changed by ``R``).
 
 When it applies in our model (DESIGN 1.1)
 -----------------------------------------
