@@ -189,3 +189,37 @@ def test_replays_are_deterministic_and_traces_reusable():
     # the recomputations in the log account for all of remat_compute
     costs = {name: cost for name, cost in zip(tr.op_names, tr.op_cost.tolist())}
     assert sum(costs[r.op] for r in first.log.remats) == first.remat_compute
+
+
+def test_keep_resident_accepts_runtime_names(synth):
+    """``d$`` is simrd's name for the result of the MUTATE of ``d``; the trace name ``d``
+    was bound to both storages."""
+    assert synth.storages_of({"d$"}) < synth.storages_of({"d"})
+    res = replay(synth, 300, "dtr", keep_resident=frozenset({"d$"}), record=True)
+    assert res.status == "pass"
+    assert all(e.tensor != "d$" for e in res.log.evictions)
+
+
+@needs_data
+@settings(max_examples=25, deadline=None)
+@given(ratio=st.floats(min_value=0.05, max_value=1.2),
+       name=st.sampled_from(["dtr", "dtr-eqclass", "dtr-local", "msps", "lru", "largest"]))
+def test_replay_invariants(ratio, name):
+    tr = _unet()
+    res = replay_ratio(tr, ratio, name)
+    assert res.budget == int(ratio * res.baseline_peak)
+    assert res.clock == 1 + res.model_compute + res.remat_compute
+    assert res.max_memory <= res.budget
+    if res.status == "pass":
+        assert res.model_compute == res.baseline_compute
+    else:
+        assert res.model_compute <= res.baseline_compute
+
+
+_UNET = []
+
+
+def _unet():
+    if not _UNET:
+        _UNET.append(load_trace(next(TRACES.glob("unet-*.log"))))
+    return _UNET[0]

@@ -343,38 +343,26 @@ def _region_absorb(x, d, s, s_slot, reg_bits, reg_comp, s_compute, sc):
 # --------------------------------------------------------------------------------------
 @njit(cache=True, inline='always')
 def _numerator(s, h, s_compute, s_slot, reg_comp, uf_parent, uf_value, ecn, uf_mark, sc,
-               s_material, s_tensor_start, s_tensors, t_storage, t_op, op_arg_start,
-               op_args, t_child_start, t_children):
+               s_material, adj_start, adj_edge):
     if h == H_DTR:
         slot = s_slot[s]
         return s_compute[s] + reg_comp[slot, 0] + reg_comp[slot, 1]
     if h == H_MSPS:
         return s_compute[s] + reg_comp[s_slot[s], 1]
     if h == H_EQCLASS:
-        # CheckpointInfo(s.compute) merged with each distinct class among evicted neighbours
+        # CheckpointInfo(s.compute) merged with each distinct class among the evicted
+        # neighbours (simrd's Storage.evicted_neighbors: parents' and children's storages)
         total = s_compute[s]
         sc[SC_STAMP] += 1
         stamp = sc[SC_STAMP]
         tcount = sc[SC_TCOUNT]
-        for k in range(s_tensor_start[s], s_tensor_start[s + 1]):
-            t = s_tensors[k]
-            if t >= tcount:
-                break
-            op = t_op[t]
-            for j in range(op_arg_start[op], op_arg_start[op + 1]):
-                ps = t_storage[op_args[j]]
-                if not s_material[ps] and ps != s:
-                    r = _uf_find(ecn[ps], uf_parent)
-                    if uf_mark[r] != stamp:
-                        uf_mark[r] = stamp
-                        total += uf_value[r]
-            for j in range(t_child_start[t], t_child_start[t + 1]):
-                c = t_children[j]
-                if c >= tcount:
+        for d in range(2):
+            for j in range(adj_start[d, s], adj_start[d, s + 1]):
+                if adj_edge[j, 1] >= tcount:
                     break
-                cs = t_storage[c]
-                if not s_material[cs] and cs != s:
-                    r = _uf_find(ecn[cs], uf_parent)
+                ns = adj_edge[j, 0]
+                if not s_material[ns]:
+                    r = _uf_find(ecn[ns], uf_parent)
                     if uf_mark[r] != stamp:
                         uf_mark[r] = stamp
                         total += uf_value[r]
@@ -384,8 +372,7 @@ def _numerator(s, h, s_compute, s_slot, reg_comp, uf_parent, uf_value, ecn, uf_m
 
 @njit(cache=True)
 def _score(s, h, exact, clock, s_size, s_la, s_compute, s_slot, reg_comp, uf_parent,
-           uf_value, ecn, uf_mark, sc, s_material, s_tensor_start, s_tensors, t_storage,
-           t_op, op_arg_start, op_args, t_child_start, t_children):
+           uf_value, ecn, uf_mark, sc, s_material, adj_start, adj_edge):
     size = s_size[s]
     if h == H_LRU:
         la = s_la[s]
@@ -397,8 +384,7 @@ def _score(s, h, exact, clock, s_size, s_la, s_compute, s_slot, reg_comp, uf_par
             return 1.0 / float(size)
         return np.inf
     num = _numerator(s, h, s_compute, s_slot, reg_comp, uf_parent, uf_value, ecn, uf_mark,
-                     sc, s_material, s_tensor_start, s_tensors, t_storage, t_op,
-                     op_arg_start, op_args, t_child_start, t_children)
+                     sc, s_material, adj_start, adj_edge)
     if h == H_MSPS:
         if size > 0:
             if exact:
@@ -421,8 +407,7 @@ def _score(s, h, exact, clock, s_size, s_la, s_compute, s_slot, reg_comp, uf_par
 
 @njit(cache=True)
 def _choose(h, clock, pool, pool_pos, sc, s_size, s_la, s_compute, s_slot, reg_comp, uf_parent,
-            uf_value, ecn, uf_mark, s_material, s_tensor_start, s_tensors, t_storage, t_op,
-            op_arg_start, op_args, t_child_start, t_children, out_score, score_buf):
+            uf_value, ecn, uf_mark, s_material, adj_start, adj_edge, out_score, score_buf):
     """simrd's ``Heuristic.choose``: last minimum of the scan, stopping at a zero score."""
     end = sc[SC_POOL_END]
     if end > 2 * sc[SC_POOL_LIVE] + 32:
@@ -464,8 +449,7 @@ def _choose(h, clock, pool, pool_pos, sc, s_size, s_la, s_compute, s_slot, reg_c
         size = s_size[s]
         if h == H_EQCLASS:
             num = _numerator(s, h, s_compute, s_slot, reg_comp, uf_parent, uf_value, ecn,
-                             uf_mark, sc, s_material, s_tensor_start, s_tensors, t_storage,
-                             t_op, op_arg_start, op_args, t_child_start, t_children)
+                             uf_mark, sc, s_material, adj_start, adj_edge)
         elif h == H_DTR:
             slot = s_slot[s]
             num = s_compute[s] + reg_comp[slot, 0] + reg_comp[slot, 1]
@@ -505,8 +489,7 @@ def _choose(h, clock, pool, pool_pos, sc, s_size, s_la, s_compute, s_slot, reg_c
         if score_buf[i] > thresh:
             continue
         c = _score(s, h, True, clock, s_size, s_la, s_compute, s_slot, reg_comp, uf_parent,
-                   uf_value, ecn, uf_mark, sc, s_material, s_tensor_start, s_tensors,
-                   t_storage, t_op, op_arg_start, op_args, t_child_start, t_children)
+                   uf_value, ecn, uf_mark, sc, s_material, adj_start, adj_edge)
         if c <= best_cost:
             best_cost = c
             best = s
@@ -564,8 +547,8 @@ def run(pa, sc,
                     if not _evict(s, sc, use_regions, use_eq, s_ref_int, s_pinned, s_is_const,
                                   s_material, s_size, pool, pool_pos, s_tensor_start,
                                   s_tensors, t_defined, s_slot, slot_free, reg_bits, reg_comp,
-                                  s_compute, ecn, uf_parent, uf_value, t_storage, t_op,
-                                  op_arg_start, op_args, t_child_start, t_children):
+                                  s_compute, ecn, uf_parent, uf_value, adj_start,
+                                  adj_edge):
                         sc[SC_STATUS] = ST_ERROR
                         return ST_ERROR
                 sc[SC_SCHED] = pos + 1
@@ -687,11 +670,9 @@ def run(pa, sc,
                 if h == H_USER:
                     sc[SC_STATUS] = ST_NEED_CHOICE
                     return ST_NEED_CHOICE
-                victim = _choose(h, sc[SC_CLOCK], pool, pool_pos, sc, s_size, s_la, s_compute, s_slot,
-                                 reg_comp, uf_parent, uf_value, ecn, uf_mark, s_material,
-                                 s_tensor_start, s_tensors, t_storage, t_op, op_arg_start,
-                                 op_args, t_child_start, t_children, out_score,
-                                 score_buf)
+                victim = _choose(h, sc[SC_CLOCK], pool, pool_pos, sc, s_size, s_la, s_compute,
+                                 s_slot, reg_comp, uf_parent, uf_value, ecn, uf_mark,
+                                 s_material, adj_start, adj_edge, out_score, score_buf)
                 score = out_score[0]
             if record:
                 n = sc[SC_NEVENTS]
@@ -707,8 +688,7 @@ def run(pa, sc,
             if not _evict(victim, sc, use_regions, use_eq, s_ref_int, s_pinned, s_is_const,
                           s_material, s_size, pool, pool_pos, s_tensor_start, s_tensors,
                           t_defined, s_slot, slot_free, reg_bits, reg_comp, s_compute, ecn,
-                          uf_parent, uf_value, t_storage, t_op, op_arg_start, op_args,
-                          t_child_start, t_children):
+                          uf_parent, uf_value, adj_start, adj_edge):
                 sc[SC_STATUS] = ST_ERROR
                 return ST_ERROR
         # room for what _compute needs (re-entering phase 3 is harmless: memory fits now)
@@ -910,8 +890,7 @@ def _pin(s, sc, s_material, s_pinned, s_ref_int, pool, pool_pos):
 @njit(cache=True, inline='always')
 def _evict(s, sc, use_regions, use_eq, s_ref_int, s_pinned, s_is_const, s_material, s_size,
            pool, pool_pos, s_tensor_start, s_tensors, t_defined, s_slot, slot_free, reg_bits,
-           reg_comp, s_compute, ecn, uf_parent, uf_value, t_storage, t_op, op_arg_start,
-           op_args, t_child_start, t_children):
+           reg_comp, s_compute, ecn, uf_parent, uf_value, adj_start, adj_edge):
     if s_ref_int[s] != 0 or s_pinned[s] or s_is_const[s]:
         sc[SC_ERR] = ERR_EVICT_LOCKED
         sc[SC_ERR_ARG] = s
@@ -956,22 +935,12 @@ def _evict(s, sc, use_regions, use_eq, s_ref_int, s_pinned, s_is_const, s_materi
         node = _uf_new(s_compute[s], uf_parent, uf_value, sc)
         ecn[s] = node
         tcount = sc[SC_TCOUNT]
-        for k in range(s_tensor_start[s], s_tensor_start[s + 1]):
-            t = s_tensors[k]
-            if t >= tcount:
-                break
-            op = t_op[t]
-            for j in range(op_arg_start[op], op_arg_start[op + 1]):
-                ns = t_storage[op_args[j]]
-                if not s_material[ns] and ns != s:
-                    if not _merge(ns, node, ecn, uf_parent, uf_value, sc):
-                        return False
-            for j in range(t_child_start[t], t_child_start[t + 1]):
-                c = t_children[j]
-                if c >= tcount:
+        for d in range(2):
+            for j in range(adj_start[d, s], adj_start[d, s + 1]):
+                if adj_edge[j, 1] >= tcount:
                     break
-                ns = t_storage[c]
-                if not s_material[ns] and ns != s:
+                ns = adj_edge[j, 0]
+                if not s_material[ns]:
                     if not _merge(ns, node, ecn, uf_parent, uf_value, sc):
                         return False
     return True

@@ -293,7 +293,7 @@ def solve_cpsat(dag: SignedDAG, *, time_limit: float = 10.0, initial_order=None,
     if built is None:
         return ExactResult(inc_order, inc_peak, inc_peak, True, "cpsat", time.perf_counter() - t0, stats)
     m, pos, peak = built
-    stats["variables"] = len(m.Proto().variables)
+    stats["variables"] = len(m.proto.variables)
     left = time_limit - (time.perf_counter() - t0)
     solver = _solver(left, num_workers, seed)
     status = solver.solve(m)

@@ -82,8 +82,15 @@ def solve_scip(dag: SignedDAG, *, time_limit: float = 10.0, initial_order=None, 
     m.setParam("randomization/randomseedshift", int(seed))
     m.setParam("parallel/maxnthreads", 1)
 
+    def out_of_time() -> ExactResult:
+        m.freeProb()
+        stats["status"] = "time_limit_while_building"
+        return ExactResult(inc_order, inc_peak, lo, False, "scip", time.perf_counter() - t0, stats)
+
     x: dict = {}
     for i in range(na):
+        if time.perf_counter() > deadline:
+            return out_of_time()
         for j in range(i + 1, na):
             u, v = int(A[i]), int(A[j])
             if not (R[u, v] or R[v, u]):
@@ -118,6 +125,8 @@ def solve_scip(dag: SignedDAG, *, time_limit: float = 10.0, initial_order=None, 
             for i in ps:
                 m.addCons(pos[i] + 1 <= pos[j])
         for (i, j), var in x.items():
+            if j == i + 1 and time.perf_counter() > deadline:
+                return out_of_time()
             m.addCons(pos[i] + 1 <= pos[j] + na * (1 - var))
             m.addCons(pos[j] + 1 <= pos[i] + na * var)
 
@@ -130,9 +139,7 @@ def solve_scip(dag: SignedDAG, *, time_limit: float = 10.0, initial_order=None, 
     y: dict = {}
     for j in range(na):
         if time.perf_counter() > deadline:
-            m.freeProb()
-            stats["status"] = "time_limit_while_building"
-            return ExactResult(inc_order, inc_peak, lo, False, "scip", time.perf_counter() - t0, stats)
+            return out_of_time()
         v = int(A[j])
         const = base + int(delta[v]) + int(trans[v])
         expr = []
