@@ -19,10 +19,10 @@ Data layout: tensors and storages are integers (simrd's creation order); a stora
 regions live in a slot of ``reg_bits[slot, 4, words]`` (interior and frontier bitsets,
 towards children and towards parents) allocated while it is material; region
 traversals walk a deduplicated storage-level adjacency whose edges carry the tensor id
-from which they exist. The eviction pool is simrd's list with tombstones. Deviations
-that cannot change an outcome: regions of pinned storages are not maintained (simrd
-only ever writes them: a pinned storage is never scored nor evicted), and a fresh
-equivalence-class node is still created for every new storage because simrd merges
+from which they exist. The eviction pool is simrd's list with tombstones. Regions of
+pinned storages are maintained too although simrd never scores them: their staleness
+can make simrd fail an assertion, which is part of its behaviour. A fresh
+equivalence-class node is created for every new storage because simrd merges
 not-yet-computed outputs into classes.
 
 simrd's assertion failures (e.g. an absorb of a storage missing from a stale frontier)
@@ -763,11 +763,7 @@ def run(pa, sc,
                                 t_storage, adj_start, adj_edge, tcount, dfs, sc)
                 _region_rebuild(us, 1, s_slot, reg_bits, reg_comp, s_material, s_compute,
                                 t_storage, adj_start, adj_edge, tcount, dfs, sc)
-            # Regions of the frontier storages are rebuilt, as in simrd -- except for
-            # pinned storages: a pinned storage is never in the pool (never scored) and
-            # never evicted (its regions are never absorbed elsewhere), so simrd only ever
-            # writes their regions. Weights are pinned and feed many operators; skipping
-            # their (large, forward) regions is most of the speed-up on RNN traces.
+            # regions of the frontier storages are rebuilt (simrd: affected_regions)
             aff = tmp_bits[0]
             aff_rev = tmp_bits[1]
             aff[:] = 0
@@ -786,8 +782,6 @@ def run(pa, sc,
                         b = _ctz(low)
                         x = (w << 6) + b
                         word ^= low
-                        if s_pinned[x]:
-                            continue   # never scored nor evicted: simrd never reads it
                         if s_slot[x] < 0 or not s_material[x]:
                             sc[SC_ERR] = ERR_REBUILD
                             sc[SC_ERR_ARG] = x
@@ -917,8 +911,6 @@ def _evict(s, sc, use_regions, use_eq, s_ref_int, s_pinned, s_is_const, s_materi
                     b = _ctz(low)
                     word ^= low
                     x = (w << 6) + b
-                    if s_pinned[x]:
-                        continue       # see run(): regions of pinned storages are unused
                     if not _region_absorb(x, d, s, s_slot, reg_bits, reg_comp, s_compute, sc):
                         return False
         reg_bits[sl, :, :] = 0

@@ -20,10 +20,10 @@ serves user-defined heuristics and bigger buffers when the kernel asks, and pack
 outcome. Results equal simrd's field by field: ``status``, ``clock`` (starts at 1),
 ``model_compute``, ``remat_compute``, ``max_memory``, ``heuristic_evals``.
 
-Speed: besides the compiled kernel, a replay whose heuristic needs bookkeeping (regions,
-equivalence classes) first runs a *probe* without it that stops at the first eviction
-choice -- until then the run cannot depend on the heuristic, so when no choice is ever
-needed (generous budgets, or an OOM with an empty pool) the probe's outcome is final.
+When simrd itself would stop on a failed assertion (its incremental regions can go
+stale on unusual logs, e.g. an absorb into a region whose frontier lacks the evicted
+storage), :func:`replay` raises :class:`memopt.errors.MemoptError` saying so, at the
+same point of the run; it never returns an outcome simrd could not have produced.
 """
 
 from __future__ import annotations
@@ -383,16 +383,6 @@ _ERRORS = {
 }
 
 
-class _Probe(Heuristic):
-    """Stands for any heuristic until the first eviction choice (see :func:`replay`)."""
-
-    name = "probe"
-    features = frozenset()
-
-
-_PROBE = _Probe()
-
-
 def _drive(st: _State, stop_at_choice: bool) -> int:
     """Run the kernel to completion, serving its requests."""
     while True:
@@ -437,16 +427,11 @@ def replay(trace, budget: int, heuristic="dtr", *, overhead_limit: float | None 
     if keep_resident:
         for s in trace.storages_of(keep_resident):
             resident[s] = True
-    st, code = None, K.ST_NEED_CHOICE
-    if heur.features:
-        # Probe: until the first eviction choice a run does not depend on the heuristic,
-        # and region / equivalence-class bookkeeping only feeds choices. Run without it
-        # and stop at the first choice; if none is ever needed, that is the outcome.
-        st = _State(trace, budget, limit, _PROBE, record, resident)
-        code = _drive(st, stop_at_choice=True)
-    if code == K.ST_NEED_CHOICE:
-        st = _State(trace, budget, limit, heur, record, resident)
-        code = _drive(st, stop_at_choice=False)
+    # The region / equivalence-class bookkeeping runs from the start even when no
+    # eviction choice is ever needed: simrd's bookkeeping can fail an assertion on its
+    # own (stale regions), and that failure is part of the outcome (MemoptError here).
+    st = _State(trace, budget, limit, heur, record, resident)
+    code = _drive(st, stop_at_choice=False)
     sc = st.sc
     if code == K.ST_ERROR:
         err = int(sc[K.SC_ERR])

@@ -388,6 +388,7 @@ class _Builder:
         self.s_tensors: list[list[int]] = []
         self.sched: list[tuple[int, int, int]] = []
         self.name_storages: dict[str, set[int]] = {}
+        self.runtime_names: set[str] = set()
 
     # -- helpers -------------------------------------------------------------------
     def _lookup(self, lineno: int, instr: str, name) -> int:
@@ -400,7 +401,15 @@ class _Builder:
         self.name_storages.setdefault(name, set()).add(self.t_storage[tensor])
 
     def _new_op(self, rec: int, name: str, args: list[int], cost: int, sizes, aliases,
-                res_names, is_const: bool) -> int:
+                res_names, is_const: bool, lineno: int) -> int:
+        for r in res_names:
+            # simrd's Graph.add_op asserts every runtime tensor name is new; MUTATE names
+            # its results ``<arg>$``, which collide when one tensor is mutated through
+            # two names (COPY then MUTATE of both)
+            if r in self.runtime_names:
+                raise _err(self.path, lineno, f"tensor name {r!r} is created twice (simrd "
+                                              "requires unique runtime tensor names)")
+            self.runtime_names.add(r)
         op = len(self.op_cost)
         self.op_names.append(f"{name}/{op}")
         self.op_cost.append(cost)
@@ -465,7 +474,7 @@ class _Builder:
     def constant(self, rec: int, lineno: int, name: str, size: int) -> None:
         if name in self.tensor_map:
             raise _err(self.path, lineno, f"CONSTANT redefines tensor name {name!r}")
-        op = self._new_op(rec, CONST_OP_NAME, [], 0, (size,), (-1,), (name,), True)
+        op = self._new_op(rec, CONST_OP_NAME, [], 0, (size,), (-1,), (name,), True, lineno)
         t = self.op_out_start[op]
         self.name_ref.append(1)
         self._bind(name, t)
@@ -482,7 +491,7 @@ class _Builder:
         if len(set(results)) != len(results):
             raise _err(self.path, lineno, "CALL lists the same result name twice")
         sizes = [0 if a != -1 else s for s, a in zip(sizes, aliases)]
-        op = self._new_op(rec, name, args, cost, sizes, aliases, results, False)
+        op = self._new_op(rec, name, args, cost, sizes, aliases, results, False, lineno)
         for i, r in enumerate(results):
             self.name_ref.append(1)
             self._bind(r, self.op_out_start[op] + i)
@@ -496,7 +505,8 @@ class _Builder:
                                               f"{len(args)} argument(s)")
         sizes = [self.t_storage_size[args[m]] for m in mutated]
         res_names = [self.t_names[args[m]] + "$" for m in mutated]
-        op = self._new_op(rec, name, args, cost, sizes, [-1] * len(mutated), res_names, False)
+        op = self._new_op(rec, name, args, cost, sizes, [-1] * len(mutated), res_names, False,
+                          lineno)
         for i, m in enumerate(mutated):
             old = self.tensor_map[arg_names[m]]
             new = self.op_out_start[op] + i

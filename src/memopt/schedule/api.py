@@ -238,15 +238,13 @@ def schedule(model, method: str = "auto", time_limit: float = 10.0, *, input_ord
             ref = m.to_full(input_order) if input_order is not None else None
             consider("greedy", m.from_full(greedy_dag_order(m.dag, reference=ref)))
 
-        bound_list = []
-        lb = int(m.dag.base)
-        if method in ("auto", "exact", "local-search", "ideal-search", "cpsat", "scip") or True:
-            from memopt.bounds import trap
+        from memopt.bounds import trap
 
-            bar.set_status("trap bounds")
-            bound_list = (list(trap.simple_bounds(m.graph)) if m.graph is not None else []) + \
-                list(trap.simple_dag_bounds(m.dag)) + [trap.forward_trap_bound(m.dag), trap.reverse_trap_bound(m.dag)]
-            lb = max(lb, max(b.value for b in bound_list))
+        # every method reports its lower bound
+        bar.set_status("trap bounds")
+        bound_list = (list(trap.simple_bounds(m.graph)) if m.graph is not None else []) + \
+            list(trap.simple_dag_bounds(m.dag)) + [trap.forward_trap_bound(m.dag), trap.reverse_trap_bound(m.dag)]
+        lb = max([int(m.dag.base)] + [b.value for b in bound_list])
 
         def remaining():
             return max(0.0, deadline - time.perf_counter())
@@ -260,7 +258,8 @@ def schedule(model, method: str = "auto", time_limit: float = 10.0, *, input_ord
                 consider("greedy", m.from_full(greedy_dag_order(m.dag)))
             _, order, pk = best()
             if pk > lb:
-                share = remaining() * (0.3 if method in ("auto", "exact") else 1.0)
+                # a short first pass: on small graphs the exact search closes the gap faster
+                share = remaining() * {"auto": 0.1, "exact": 0.05}.get(method, 1.0)
                 bar.set_status(f"local search (gap {pk - lb})")
                 full, lpk = local_search_dag(m.dag, m.to_full(order), time_limit=share, seed=seed, lower_bound=lb)
                 consider("local-search", m.from_full(full))
@@ -269,7 +268,7 @@ def schedule(model, method: str = "auto", time_limit: float = 10.0, *, input_ord
             _, _, pk = best()
             if pk > lb and remaining() > 0:
                 bar.set_status(f"pair trap bound (gap {pk - lb})")
-                pb = trap.pair_trap_bound(m.dag, time_limit=remaining() * 0.3, target=pk)
+                pb = trap.pair_trap_bound(m.dag, time_limit=remaining() * 0.15, target=pk)
                 bound_list.append(pb)
                 lb = max(lb, pb.value)
 
@@ -279,7 +278,8 @@ def schedule(model, method: str = "auto", time_limit: float = 10.0, *, input_ord
             if pk is None or pk > lb:
                 solver = {"cpsat": "cpsat", "scip": "scip"}.get(method, "ideal-search")
                 bar.set_status(f"exact search {solver} (gap {(pk or lb) - lb})")
-                res = _exact(solver, m.dag, time_limit=remaining(),
+                # auto keeps half of what is left for a second local-search pass if the gap stays
+                res = _exact(solver, m.dag, time_limit=remaining() * (0.5 if method == "auto" else 1.0),
                              initial=m.to_full(order) if order is not None else None, lower_bound=lb)
                 stats["exact"] = {"solver": res.solver, "optimal": res.optimal, "seconds": round(res.seconds, 4),
                                   **{k: v for k, v in res.stats.items() if isinstance(v, (int, float, bool, str))}}
@@ -288,8 +288,15 @@ def schedule(model, method: str = "auto", time_limit: float = 10.0, *, input_ord
                 if res.lower_bound > lb:
                     proven_lb = int(res.lower_bound)
 
-        if method == "input":
-            pass
+        if method == "auto":
+            _, order, pk = best()
+            if pk > max(lb, proven_lb or 0) and remaining() > 0:
+                from memopt.schedule.local_search import local_search_dag
+
+                bar.set_status(f"local search (gap {pk - max(lb, proven_lb or 0)})")
+                full, _ = local_search_dag(m.dag, m.to_full(order), time_limit=remaining(), seed=seed + 1,
+                                           lower_bound=max(lb, proven_lb or 0))
+                consider("local-search", m.from_full(full))
         name, order, pk = best()
         if method not in ("auto", "exact"):
             name = method if method in candidates else name
