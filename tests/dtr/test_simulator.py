@@ -223,3 +223,23 @@ def _unet():
     if not _UNET:
         _UNET.append(load_trace(next(TRACES.glob("unet-*.log"))))
     return _UNET[0]
+
+
+STALE = Path(__file__).resolve().parent / "data" / "simrd_stale_region.log"
+
+
+def test_simrd_assertion_is_reported_not_hidden():
+    """A randomly generated log on which simrd's DTR bookkeeping fails an assertion
+    (``Region.absorb``: the evicted storage is missing from a stale frontier) at ratio
+    0.4, while the other heuristics end in OOM; outcomes below are simrd's."""
+    tr = load_trace(STALE)
+    with pytest.raises(MemoptError, match="simrd fails an assertion"):
+        replay_ratio(tr, 0.4, "DTR")
+    expected = {"MSPS": (125, 20, 311, 7), "DTREqClass": (194, 71, 298, 25),
+                "LRU": (214, 91, 309, 31), "DTRLocal": (194, 71, 298, 25),
+                "LargestStorage": (194, 71, 297, 27)}
+    for name, (clock, remat, peak, evals) in expected.items():
+        res = replay_ratio(tr, 0.4, name)
+        assert (res.status, res.budget) == ("OOM", 311)
+        assert (res.clock, res.remat_compute, res.max_memory, res.heuristic_evals) == \
+            (clock, remat, peak, evals), name

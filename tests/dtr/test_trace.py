@@ -91,6 +91,9 @@ CASES = [
     (_replace(26, {"INSTRUCTION": "RELEASE", "NAME": "b"}), 27, "no references left"),
     (_replace(27, {"INSTRUCTION": "CALL", "NAME": "m", "ARGS": ["b", "d"], "RESULT": ["e"],
                    "TIME": "13"}), 28, "after all references"),
+    # COPY, then MUTATE through both names: simrd names both results 'd$' and asserts
+    (LINES[:25] + [json.dumps({"INSTRUCTION": "COPY", "DST": "d2", "SRC": "d"}), LINES[25],
+                   LINES[25].replace('"d"', '"d2"')], 28, "'d$' is created twice"),
     (LINES[:-1], 35, "file ends"),                           # CALL without MEMORY/ALIAS
     (LINES[:4], 4, "not followed by its MEMORY"),             # CONSTANT at the very end
     (LINES[:-1] + ['{"INSTRUCTION":"MEMORY","NAME":"f","MEM'], 37, "invalid JSON"),
