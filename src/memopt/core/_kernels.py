@@ -135,3 +135,40 @@ def complete_with_releases(succ_ptr, succ_idx, indeg, is_release, alloc_order):
         res[1] = -1
         return res
     return out
+
+
+@numba.njit(cache=True)
+def csr_from_pairs(rows, cols, nrows):
+    """CSR (ptr, idx) of the pairs (rows[k], cols[k]) by a stable counting sort, O(n + m)."""
+    m = rows.shape[0]
+    ptr = np.zeros(nrows + 1, np.int64)
+    for k in range(m):
+        ptr[rows[k] + 1] += 1
+    for i in range(nrows):
+        ptr[i + 1] += ptr[i]
+    fill = ptr[:-1].copy()
+    idx = np.empty(m, np.int64)
+    for k in range(m):
+        r = rows[k]
+        idx[fill[r]] = cols[k]
+        fill[r] += 1
+    return ptr, idx
+
+
+@numba.njit(cache=True)
+def dedupe_csr_rows(ptr, idx, ncols):
+    """Drop repeated columns within each CSR row (first occurrence kept), O(n + m)."""
+    n = ptr.shape[0] - 1
+    stamp = np.full(ncols, -1, np.int64)
+    out_ptr = np.zeros(n + 1, np.int64)
+    out_idx = np.empty(idx.shape[0], np.int64)
+    k = 0
+    for i in range(n):
+        for e in range(ptr[i], ptr[i + 1]):
+            c = idx[e]
+            if stamp[c] != i:
+                stamp[c] = i
+                out_idx[k] = c
+                k += 1
+        out_ptr[i + 1] = k
+    return out_ptr, out_idx[:k]

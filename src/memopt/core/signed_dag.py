@@ -45,8 +45,10 @@ class SignedDAG:
 
     @classmethod
     def build(cls, names: Sequence[str], delta, edges: Iterable[tuple[int, int]] | np.ndarray = (),
-              transient=None, base: int = 0, name: str = "") -> "SignedDAG":
-        names = tuple(names)
+              transient=None, base: int = 0, name: str = "", *, distinct_edges: bool = False) -> "SignedDAG":
+        """Validated DAG; ``distinct_edges=True`` skips de-duplication when the caller guarantees it."""
+        if not isinstance(names, tuple):
+            names = tuple(names)
         n = len(names)
         delta = np.asarray(delta, dtype=np.int64).reshape(-1)
         if delta.shape[0] != n:
@@ -63,7 +65,7 @@ class SignedDAG:
         loops = np.flatnonzero(e[:, 0] == e[:, 1])
         if loops.size:
             raise GraphError(f"cycle: node {names[int(e[loops[0], 0])]!r} depends on itself")
-        if e.size:
+        if e.size and not distinct_edges:
             key = unique_sorted(e[:, 0] * n + e[:, 1])
             e = np.stack([key // n, key % n], axis=1)
         sp, si = _csr(e[:, 0], e[:, 1], n)
@@ -198,22 +200,26 @@ def graph_to_dag(graph: TensorGraph) -> GraphDAG:
     rel_node = n + np.arange(r, dtype=np.int64)
     # producer -> release, consumers -> release
     m = prod[freed] >= 0
-    e1 = np.stack([prod[freed][m], rel_node[m]], axis=1)
     cnt = np.diff(graph.cons_ptr)[freed]
     starts = graph.cons_ptr[freed]
-    cons_rows = np.repeat(rel_node, cnt)
     offs = np.arange(cnt.sum(), dtype=np.int64) - np.repeat(np.cumsum(cnt) - cnt, cnt)
-    cons_ops = graph.cons_idx[np.repeat(starts, cnt) + offs]
-    e2 = np.stack([cons_ops, cons_rows], axis=1)
     s, d = graph.op_edges()
-    e0 = np.stack([s, d], axis=1)
-    edges = np.concatenate([e0, e1, e2]) if (e1.size or e2.size) else e0
+    # op -> op data edges, producer -> release, consumers -> release: each list is duplicate
+    # free (op edges are de-duplicated, consumers are distinct per tensor) and they are
+    # disjoint (different targets), so the DAG needs no second de-duplication pass
+    k0, k1 = s.shape[0], int(m.sum())
+    edges = np.empty((k0 + k1 + offs.shape[0], 2), np.int64)
+    edges[:k0, 0], edges[:k0, 1] = s, d
+    edges[k0:k0 + k1, 0], edges[k0:k0 + k1, 1] = prod[freed][m], rel_node[m]
+    edges[k0 + k1:, 0] = graph.cons_idx[np.repeat(starts, cnt) + offs]
+    edges[k0 + k1:, 1] = np.repeat(rel_node, cnt)
     delta = np.concatenate([graph.op_output_bytes, -graph.tensor_size[freed]])
     transient = np.concatenate([graph.op_workspace, np.zeros(r, np.int64)])
     inputs = prod < 0
     base = int(graph.tensor_size[inputs & ~graph.tensor_resident].sum()) + graph.resident_bytes
-    names = tuple(graph.op_names) + tuple(f"free({graph.tensor_names[int(t)]})" for t in freed)
-    dag = SignedDAG.build(names, delta, edges, transient=transient, base=base, name=graph.name)
+    names = _ReleaseNames(graph.op_names, graph.tensor_names, freed)
+    dag = SignedDAG.build(names, delta, edges, transient=transient, base=base, name=graph.name,
+                          distinct_edges=True)
     out = GraphDAG(dag=dag, release_tensor=freed, num_ops=n)
     graph._cache["graph_dag"] = out
     return out
@@ -242,3 +248,39 @@ def dag_order_from_op_order(gd: GraphDAG, op_order: Sequence[int]) -> np.ndarray
     # sort key: ops at 2*pos+1, releases at 2*when+2 (after their last op), ready-at-start at 0
     key = np.concatenate([2 * pos[np.arange(n)] + 1, 2 * when + 2])
     return np.argsort(key, kind="stable").astype(np.int64)
+
+
+class _ReleaseNames(tuple):
+    """Node names of a compiled tensor graph, made on demand: op names, then ``free(tensor)``.
+
+    A million-op graph would otherwise spend seconds formatting names nobody reads.
+    """
+
+    def __new__(cls, op_names, tensor_names, freed):
+        obj = super().__new__(cls)
+        obj._ops, obj._tensors, obj._freed = op_names, tensor_names, freed
+        obj._n = len(op_names) + len(freed)
+        return obj
+
+    def __len__(self):
+        return self._n
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return tuple(self[k] for k in range(*i.indices(self._n)))
+        i = int(i)
+        if i < 0:
+            i += self._n
+        if not 0 <= i < self._n:
+            raise IndexError(i)
+        n_ops = len(self._ops)
+        return self._ops[i] if i < n_ops else f"free({self._tensors[int(self._freed[i - n_ops])]})"
+
+    def __iter__(self):
+        return (self[k] for k in range(self._n))
+
+    def __eq__(self, other):
+        return isinstance(other, (tuple, list)) and len(other) == self._n and all(a == b for a, b in zip(self, other))
+
+    def __hash__(self):
+        return hash(tuple(self))

@@ -56,13 +56,10 @@ class Op:
 
 def _csr(rows: np.ndarray, cols: np.ndarray, nrows: int) -> tuple[np.ndarray, np.ndarray]:
     """CSR (ptr, idx) of the pairs (rows[i], cols[i]), stable in input order within a row."""
-    rows = np.asarray(rows, dtype=np.int64)
-    cols = np.asarray(cols, dtype=np.int64)
-    order = np.argsort(rows, kind="stable")
-    counts = np.bincount(rows, minlength=nrows) if rows.size else np.zeros(nrows, np.int64)
-    ptr = np.zeros(nrows + 1, dtype=np.int64)
-    np.cumsum(counts, out=ptr[1:])
-    return ptr, cols[order]
+    from memopt.core._kernels import csr_from_pairs
+
+    return csr_from_pairs(np.ascontiguousarray(rows, dtype=np.int64),
+                          np.ascontiguousarray(cols, dtype=np.int64), int(nrows))
 
 
 def unique_sorted(keys: np.ndarray) -> np.ndarray:
@@ -235,7 +232,12 @@ class TensorGraph:
         produced = np.flatnonzero(producer >= 0)
         op_out_ptr, op_out_idx = _csr(producer[produced], produced, num_ops)
         op_in_ptr, op_in_idx = _csr(in_ops, in_ts, num_ops)
-        cons_ptr, cons_idx = _csr(in_ts, in_ops, T)
+        # an op reading a tensor twice is one dependency
+        from memopt.core._kernels import dedupe_csr_rows
+
+        op_in_ptr, op_in_idx = dedupe_csr_rows(op_in_ptr, op_in_idx, T)
+        cons_ptr, cons_idx = _csr(in_ts, in_ops, T) if op_in_idx.shape[0] == in_ts.shape[0] else \
+            _csr(op_in_idx, np.repeat(np.arange(num_ops, dtype=np.int64), np.diff(op_in_ptr)), T)
         g = cls(
             op_names=tuple(onames) if onames is not None else _LazyNames("op", num_ops),
             tensor_names=tuple(tnames) if tnames is not None else _LazyNames("t", T),
@@ -409,3 +411,9 @@ class _LazyNames(tuple):
 
     def __iter__(self):
         return (f"{self._prefix}{k}" for k in range(self._n))
+
+    def __eq__(self, other):
+        return isinstance(other, (tuple, list)) and len(other) == self._n and all(a == b for a, b in zip(self, other))
+
+    def __hash__(self):
+        return hash(tuple(self))
