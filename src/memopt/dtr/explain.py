@@ -3,8 +3,8 @@
 Model
 -----
 DTR (Kirisame et al., ICLR 2021) evicts, whenever an allocation does not fit, the
-evictable storage with the smallest heuristic score (h_DTR = staleness x memory /
-compute over the evicted neighbourhood, or a variant), and rematerializes evicted
+evictable storage with the smallest heuristic score (h_DTR = compute of the storage and
+its evicted neighbourhood / (memory x staleness), or a variant), and rematerializes evicted
 tensors recursively when an operator needs them. In simrd's ``RuntimeV2EagerOptimized``
 every storage on the rematerialization path is *locked* while its consumer runs, so a
 deep recomputation cascade pins memory; when the pool of evictable storages empties
@@ -21,8 +21,11 @@ module replays both with the eviction/remat log enabled and reports
 * where the failing run runs out of memory: instruction, operator, bytes requested,
   available and short, and the cascade of tensors being rematerialized at that moment
   (the tensors whose recomputation could not fit), with the locked and pinned storages;
-* a counterfactual: the failing budget replayed with the implicated tensors kept
-  resident (never evicted). If the failure disappears, those evictions caused it.
+* counterfactuals: the failing budget replayed with the implicated tensors kept
+  resident (the simulator's ``keep_resident``: pinned once computed, never evicted) --
+  all of them together, each alone (up to ``singles`` of them), and the tensor the
+  failing run evicted at the first choice divergence. If the failure disappears, that
+  eviction was necessary for it.
 
 With a ``thrash`` failure there is no allocation failure; the implicated tensors are the
 ones the failing run rematerialized most often.

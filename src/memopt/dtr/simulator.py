@@ -228,7 +228,8 @@ class _State:
         self.pool = np.full(2 * n_s + 16, -1, dtype=i64)
         self.pool_pos = np.full(n_s, -1, dtype=i64)
         words = max(1, (n_s + 63) // 64)
-        nslots = min(n_s, 256) if use_regions else 1
+        max_nout = int(trace.op_nout.max()) if trace.n_ops else 1
+        nslots = min(n_s + max_nout + 1, 256) if use_regions else 1
         self.s_slot = np.full(n_s, -1, dtype=i64)
         self.slot_free = np.arange(nslots, dtype=i64)
         self.sc[K.SC_SLOT_FREE] = nslots if use_regions else 0
@@ -250,7 +251,6 @@ class _State:
         self.ulist = np.zeros(int(np.sum(nargs[trace.t_op])) + 1, dtype=i64)
         nev = 4096 if record else 1
         self._alloc_events(nev)
-        max_nout = int(trace.op_nout.max()) if trace.n_ops else 1
         self.out_score = np.zeros(1, dtype=np.float64)
         self.tmp_def = np.zeros(max_nout + 1, dtype=i64)
         self.rs_buf = np.zeros(max_nout + 1, dtype=i64)
@@ -274,7 +274,11 @@ class _State:
         what = int(self.sc[K.SC_GROW])
         if what == 1:       # region slots
             old = self.reg_bits.shape[0]
-            new = min(max(2 * old, 16), self.trace.n_storages)
+            # the kernel asks for one free slot per output of the operator it is about to
+            # run; with n_storages + max outputs slots that always fits
+            new = min(max(2 * old, 16), self.trace.n_storages + len(self.rs_buf))
+            if new <= old:
+                raise AssertionError("region slots cannot grow further")
             bits = np.zeros((new, 4, self.reg_bits.shape[2]), dtype=np.uint64)
             bits[:old] = self.reg_bits
             comp = np.zeros((new, 2), dtype=np.int64)
