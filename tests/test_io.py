@@ -91,6 +91,8 @@ BAD_FILES = [
     ('{"nodes": [{"id": 0, "cost_ram": -1, "cost_cpu": 1}], "links": []}', GraphError, "node 0.*negative"),
     ('{"nodes": [{"id": 0, "cost_cpu": 1, "cost_ram": 1}, {"id": 0, "cost_ram": 1, "cost_cpu": 1}], "links": []}',
      FormatError, "appears twice"),
+    ('{"format": "memopt-graph", "version": 1, "tensors": [{"name": "a', FormatError, "truncated JSON at line 1"),
+    ('{"format": "memopt-graph" "version": 1}', FormatError, "malformed JSON at line 1, column 27"),
     ('{"hello": 1}', FormatError, "not a memopt graph"),
     ('', FormatError, "empty file"),
 ]

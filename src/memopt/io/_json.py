@@ -24,7 +24,9 @@ def read_json(path: str | os.PathLike):
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        what = "truncated JSON" if exc.pos >= len(text.rstrip()) else "malformed JSON"
+        # the parser ran off the end of the text (or of an unclosed string): the file was cut short
+        truncated = exc.pos >= len(text.rstrip()) or exc.msg.startswith("Unterminated string")
+        what = "truncated JSON" if truncated else "malformed JSON"
         raise FormatError(f"{path}: {what} at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
 
 
