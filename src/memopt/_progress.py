@@ -25,7 +25,19 @@ class Progress:
 
     def __enter__(self) -> "Progress":
         self._draw(force=True)
+        if self.enabled and self.total is None:
+            # open-ended work (an exact solve) runs inside compiled code that cannot report:
+            # a ticker thread keeps the elapsed time moving so the terminal shows it is alive
+            import threading
+
+            self._stop = threading.Event()
+            self._ticker = threading.Thread(target=self._tick, daemon=True)
+            self._ticker.start()
         return self
+
+    def _tick(self) -> None:
+        while not self._stop.wait(0.5):
+            self._draw(force=True)
 
     def __exit__(self, *exc) -> None:
         self.close()
@@ -54,11 +66,17 @@ class Progress:
             bar = "#" * int(frac * width) + "-" * (width - int(frac * width))
             text = f"\r{self.desc} [{bar}] {self.done}/{self.total} {elapsed:6.1f}s {self._status}"
         else:
-            text = f"\r{self.desc} {self.done} {elapsed:6.1f}s {self._status}"
+            count = f" {self.done}" if self.done else ""
+            text = f"\r{self.desc}{count} {elapsed:6.1f}s {self._status}"
         self.stream.write(text[:200].ljust(80))
         self.stream.flush()
 
     def close(self) -> None:
+        ticker = getattr(self, "_ticker", None)
+        if ticker is not None:
+            self._stop.set()
+            ticker.join()
+            self._ticker = None
         if self.enabled:
             self._draw(force=True)
             self.stream.write("\n")
