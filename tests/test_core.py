@@ -134,3 +134,15 @@ def test_large_graph_from_arrays():
                                 op_inputs=(dst, src), num_ops=n)
     order = g.topological_order()
     assert peak(g, order) == naive_peak(g, order)
+
+
+def test_program_reallocated_buffer_frees_its_own_size():
+    # 'b' is allocated with 10 bytes, freed, then allocated again with 1 byte
+    p = Program([Statement("a", allocs=(("b", 10),), writes=("b",)), Statement("f1", frees=("b",)),
+                 Statement("c", allocs=(("b", 1),), writes=("b",)), Statement("k", allocs=(("z", 5),))])
+    assert p.to_dag().delta.tolist() == [10, -10, 1, 5]
+    assert p.peak() == 10
+    import memopt
+
+    r = memopt.schedule(p, time_limit=2)
+    assert r.peak == 10 and r.lower_bound == 10 and r.status == "certified"  # 'a' alone holds 10

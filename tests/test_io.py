@@ -93,6 +93,12 @@ BAD_FILES = [
      FormatError, "appears twice"),
     ('{"format": "memopt-graph", "version": 1, "tensors": [{"name": "a', FormatError, "truncated JSON at line 1"),
     ('{"format": "memopt-graph" "version": 1}', FormatError, "malformed JSON at line 1, column 27"),
+    ('{"format": "memopt-graph", "version": 1, "tensors": [{"name": "a", "size": 1, "output": "false"}], "ops": []}',
+     FormatError, "tensor 'a': field 'output' must be true or false"),
+    ('{"nodes": [{"id": 0, "cost_ram": 1e300, "cost_cpu": 1}], "links": []}', FormatError, "node 0.*beyond"),
+    ('{"nodes": [{"id": 0, "cost_ram": 1, "cost_cpu": 1}], "links": [{"source": [0], "target": 0}]}',
+     FormatError, "link #0: endpoint \\[0\\] is not a node id"),
+    ("[" * 100000 + "]" * 100000, FormatError, "nested too deeply"),
     ('{"hello": 1}', FormatError, "not a memopt graph"),
     ('', FormatError, "empty file"),
 ]
@@ -104,3 +110,11 @@ def test_bad_files_get_clear_errors(tmp_path, text, exc, message):
     path.write_text(text)
     with pytest.raises(exc, match=message):
         load_instance(path)
+
+
+def test_node_list_not_topological_falls_back_to_kahn():
+    doc = {"nodes": [{"id": 5, "cost_ram": 1, "cost_cpu": 1}, {"id": 3, "cost_ram": 2, "cost_cpu": 1}],
+           "links": [{"source": 3, "target": 5}]}
+    inst = instance_from_doc(doc)
+    assert [inst.labels[i] for i in inst.input_order] == [3, 5]
+    assert "Kahn" in inst.meta["input_order"]

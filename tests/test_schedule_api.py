@@ -83,3 +83,29 @@ def test_cli_human_output(capsys):
     assert main(["schedule", str(REPO / "instances" / "mlp_train.json"), "--time-limit", "5"]) == 0
     out = capsys.readouterr().out
     assert "peak" in out and "lower bound" in out and "status" in out and "lpmf" in out
+
+
+def test_a_named_method_returns_its_own_order():
+    for seed in range(20):
+        g = random_tensor_graph(np.random.default_rng(seed), 8)
+        from memopt.schedule.inductor import bfs_order
+
+        r = memopt.schedule(g, method="bfs", time_limit=1)
+        assert r.method == "bfs" and r.order.tolist() == bfs_order(g, g.topological_order()).tolist()
+
+
+def test_verify_rejects_false_claims(tmp_path, capsys):
+    inst_path = REPO / "instances" / "mlp_train.json"
+    plan = tmp_path / "plan.json"
+    assert main(["schedule", str(inst_path), "--method", "input", "-o", str(plan), "--json"]) == 0
+    capsys.readouterr()
+    good = json.loads(plan.read_text())
+    bad_docs = [
+        (dict(good, peak=good["peak"] + 0.5), "must be a whole number"),
+        (dict(good, lower_bound=good["peak"] + 1), "above its own peak"),
+        (dict(good, lower_bound=good["peak"] - 1, status="certified"), "does not equal its peak"),
+    ]
+    for doc, message in bad_docs:
+        plan.write_text(json.dumps(doc))
+        assert main(["verify", str(inst_path), str(plan)]) == 2
+        assert message in capsys.readouterr().err

@@ -65,6 +65,7 @@ class Program:
                 raise GraphError(f"input buffer {b!r} has an invalid size: {size!r}")
         live: dict[str, int] = dict(self.inputs)
         ever: set[str] = set(self.inputs)
+        freed_bytes: list[int] = []  # per statement: the sizes of the live buffers it frees
         for s in self.statements:
             if s.name in names:
                 raise GraphError(f"statement {s.name!r} is declared twice")
@@ -73,8 +74,9 @@ class Program:
                 raise GraphError(f"statement {s.name!r} has a non-integer transient byte count: {s.transient!r}")
             if s.transient < 0:
                 raise GraphError(f"statement {s.name!r} has negative transient bytes: {s.transient!r}")
+            own = {b for b, _ in s.allocs}  # a statement may allocate what it writes
             for b in list(s.reads) + list(s.writes):
-                if b not in live and b in ever:
+                if b not in live and b in ever and b not in own:
                     raise GraphError(f"statement {s.name!r} uses buffer {b!r} after it was freed")
             for b, size in s.allocs:
                 if int(size) != size:
@@ -85,10 +87,15 @@ class Program:
                     raise GraphError(f"statement {s.name!r} allocates buffer {b!r}, which is already live")
                 live[b] = int(size)
                 ever.add(b)
+            freed = 0
             for b in s.frees:
                 if b not in live:
                     raise GraphError(f"statement {s.name!r} frees buffer {b!r}, which is not live")
-                del live[b]
+                freed += live.pop(b)
+            freed_bytes.append(freed)
+        # a buffer name may be allocated again after a free: each free releases the size of
+        # the allocation it ends, which the dependency edges keep in program order
+        object.__setattr__(self, "_freed_bytes", tuple(freed_bytes))
 
     # ------------------------------------------------------------------ dependencies
     def dependency_edges(self) -> np.ndarray:
@@ -119,11 +126,7 @@ class Program:
     def to_dag(self) -> SignedDAG:
         """The program's signed DAG: one node per statement, delta = allocs - frees."""
         if self._dag is None:
-            sizes = dict(self.inputs)
-            for s in self.statements:
-                for b, size in s.allocs:
-                    sizes[b] = int(size)
-            delta = [sum(int(z) for _, z in s.allocs) - sum(sizes[b] for b in s.frees) for s in self.statements]
+            delta = [sum(int(z) for _, z in s.allocs) - f for s, f in zip(self.statements, self._freed_bytes)]
             dag = SignedDAG.build([s.name for s in self.statements], delta, self.dependency_edges(),
                                   transient=[int(s.transient) for s in self.statements],
                                   base=sum(int(v) for v in self.inputs.values()), name=self.name)

@@ -26,7 +26,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from memopt.core.tensor_graph import TensorGraph, _csr, unique_sorted
+from memopt.core.tensor_graph import MAX_TOTAL_BYTES, TensorGraph, _check_int_array, _csr, exact_total, unique_sorted
 from memopt.errors import GraphError, ScheduleError
 
 
@@ -50,15 +50,19 @@ class SignedDAG:
         if not isinstance(names, tuple):
             names = tuple(names)
         n = len(names)
-        delta = np.asarray(delta, dtype=np.int64).reshape(-1)
-        if delta.shape[0] != n:
+        raw = np.asarray(delta).reshape(-1)
+        if raw.shape[0] != n:
             raise GraphError("one delta per node is needed")
-        transient = np.zeros(n, np.int64) if transient is None else np.asarray(transient, dtype=np.int64)
-        if np.any(transient < 0):
-            k = int(np.flatnonzero(transient < 0)[0])
-            raise GraphError(f"transient bytes of node {names[k]!r} are negative: {int(transient[k])}")
-        if base < 0:
-            raise GraphError(f"base memory is negative: {base}")
+        # deltas may be negative: check |delta| as byte counts, then restore the signs
+        if raw.dtype.kind in "fOu":
+            _check_int_array([abs(x) for x in raw.tolist()], "delta", names)
+        delta = raw.astype(np.int64)
+        _check_int_array(np.abs(delta), "delta", names)
+        transient = np.zeros(n, np.int64) if transient is None else _check_int_array(transient, "transient bytes", names)
+        if isinstance(base, bool) or int(base) != base or base < 0 or base >= MAX_TOTAL_BYTES:
+            raise GraphError(f"base memory must be a whole number of bytes in [0, 2**62), got {base!r}")
+        if exact_total(np.abs(delta)) + int(base) + int(transient.max(initial=0)) >= MAX_TOTAL_BYTES:
+            raise GraphError("total bytes exceed 2**62; memopt's exact int64 arithmetic cannot hold them")
         e = np.asarray(list(edges) if not isinstance(edges, np.ndarray) else edges, dtype=np.int64).reshape(-1, 2)
         if e.size and (e.min() < 0 or e.max() >= n):
             raise GraphError("an edge names a node id out of range")

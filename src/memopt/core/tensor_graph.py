@@ -71,20 +71,42 @@ def unique_sorted(keys: np.ndarray) -> np.ndarray:
 
 
 def _check_int_array(values, what: str, names: Sequence[str] | None) -> np.ndarray:
+    """int64 array of byte counts; an error names the first item that is not a whole number
+    of bytes in ``[0, 2**62)``."""
     arr = np.asarray(values)
-    if arr.dtype.kind == "f":
-        if not np.all(np.isfinite(arr)) or np.any(arr != np.floor(arr)):
-            bad = int(np.flatnonzero(~np.isfinite(arr) | (arr != np.floor(arr)))[0])
-            label = names[bad] if names is not None else str(bad)
-            raise GraphError(f"{what} of {label!r} is not an integer number of bytes: {arr[bad]!r}")
-    elif arr.dtype.kind not in "iub" and arr.size:
-        raise GraphError(f"{what} must be integers")
+
+    def label(k: int) -> str:
+        return repr(names[k]) if names is not None else str(k)
+
+    if arr.dtype.kind in "fO" or arr.dtype.kind == "u":
+        for k, x in enumerate(arr.reshape(-1).tolist()):
+            if isinstance(x, bool) or not isinstance(x, (int, float)):
+                raise GraphError(f"{what} of {label(k)} is not a number: {x!r}")
+            if isinstance(x, float) and not (x == x and abs(x) != float("inf") and x.is_integer()):
+                raise GraphError(f"{what} of {label(k)} is not an integer number of bytes: {x!r}")
+            if x < 0:
+                raise GraphError(f"{what} of {label(k)} is negative: {x!r}")
+            if x >= MAX_TOTAL_BYTES:
+                raise GraphError(f"{what} of {label(k)} is {int(x)} bytes, beyond memopt's exact limit of 2**62")
+    elif arr.dtype.kind not in "ib" and arr.size:
+        raise GraphError(f"{what} must be integers, got {arr.dtype}")
     arr = arr.astype(np.int64)
     neg = np.flatnonzero(arr < 0)
     if neg.size:
-        label = names[int(neg[0])] if names is not None else str(int(neg[0]))
-        raise GraphError(f"{what} of {label!r} is negative: {int(arr[neg[0]])}")
+        raise GraphError(f"{what} of {label(int(neg[0]))} is negative: {int(arr[neg[0]])}")
+    big = np.flatnonzero(arr >= MAX_TOTAL_BYTES)
+    if big.size:
+        raise GraphError(f"{what} of {label(int(big[0]))} is {int(arr[big[0]])} bytes, beyond memopt's exact limit of 2**62")
     return arr
+
+
+def exact_total(arr: np.ndarray) -> int:
+    """Sum of non-negative int64 values without wrap-around (Python ints when it could overflow)."""
+    if arr.size == 0:
+        return 0
+    if int(arr.max()) * arr.size < MAX_TOTAL_BYTES:
+        return int(arr.sum())
+    return sum(arr.tolist())
 
 
 @dataclass(frozen=True, eq=False)
@@ -215,7 +237,7 @@ class TensorGraph:
         if cost.size and (not np.all(np.isfinite(cost)) or np.any(cost < 0)):
             k = int(np.flatnonzero(~np.isfinite(cost) | (cost < 0))[0])
             raise GraphError(f"compute cost of op {(onames[k] if onames else k)!r} is negative or not finite: {cost[k]!r}")
-        if int(size.sum()) + int(ws.max(initial=0)) >= MAX_TOTAL_BYTES:
+        if exact_total(size) + int(ws.max(initial=0)) >= MAX_TOTAL_BYTES:
             raise GraphError("total tensor bytes exceed 2**62; memopt's exact int64 arithmetic cannot hold them")
         bad = np.flatnonzero(res & (producer >= 0))
         if bad.size:

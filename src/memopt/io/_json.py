@@ -23,6 +23,8 @@ def read_json(path: str | os.PathLike):
         raise FormatError(f"{path}: empty file")
     try:
         return json.loads(text)
+    except RecursionError:
+        raise FormatError(f"{path}: JSON nested too deeply to read") from None
     except json.JSONDecodeError as exc:
         # the parser ran off the end of the text (or of an unclosed string): the file was cut short
         truncated = exc.pos >= len(text.rstrip()) or exc.msg.startswith("Unterminated string")
@@ -50,9 +52,24 @@ def int_field(obj: dict, key: str, where: str, default=None) -> int:
     if isinstance(val, bool) or not isinstance(val, (int, float)):
         raise FormatError(f"{where}: field {key!r} must be a number, got {val!r}")
     if isinstance(val, float):
-        if not val.is_integer():
+        if val != val or val in (float("inf"), float("-inf")) or not val.is_integer():
             raise FormatError(f"{where}: field {key!r} must be a whole number of bytes, got {val!r}")
         val = int(val)
     if val < 0:
         raise FormatError(f"{where}: field {key!r} is negative: {val}")
+    if val >= 2**62:
+        raise FormatError(f"{where}: field {key!r} is {val} bytes, beyond memopt's exact limit of 2**62")
     return val
+
+
+def bool_field(obj: dict, key: str, where: str, default: bool = False) -> bool:
+    """A JSON boolean (a string such as "false" is an error, not a truthy value)."""
+    val = obj.get(key, default)
+    if not isinstance(val, bool):
+        raise FormatError(f"{where}: field {key!r} must be true or false, got {val!r}")
+    return val
+
+
+def is_id(x) -> bool:
+    """Node ids of node-link files: JSON numbers or strings."""
+    return isinstance(x, (int, str)) and not isinstance(x, bool)

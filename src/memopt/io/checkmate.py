@@ -25,7 +25,7 @@ import numpy as np
 
 from memopt.core import TensorGraph
 from memopt.errors import FormatError, GraphError
-from memopt.io._json import int_field, read_json, require
+from memopt.io._json import int_field, is_id, read_json, require
 from memopt.io.instance import Instance
 
 
@@ -64,7 +64,7 @@ def instance_from_node_link(doc: dict, path: str | None = None) -> Instance:
     for k, node in enumerate(nodes):
         nwhere = f"{where}: node #{k}"
         ident = require(node, id_key, nwhere)
-        if isinstance(ident, (dict, list)) or isinstance(ident, bool):
+        if not is_id(ident):
             raise FormatError(f"{nwhere}: field {id_key!r} must be a number or a string")
         nwhere = f"{where}: node {ident!r}"
         if ident in index:
@@ -94,6 +94,8 @@ def instance_from_node_link(doc: dict, path: str | None = None) -> Instance:
         for end in (a, b):
             if end is None:
                 raise FormatError(f"{lwhere}: missing source or target")
+            if not is_id(end):
+                raise FormatError(f"{lwhere}: endpoint {end!r} is not a node id (a number or a string)")
             if end not in index:
                 raise GraphError(f"{lwhere}: names unknown node {end!r}")
         if a == b:
@@ -116,7 +118,7 @@ def instance_from_node_link(doc: dict, path: str | None = None) -> Instance:
             raise FormatError(f"{where}: graph.order must be a list")
         order = np.empty(len(order_labels), np.int64)
         for k, lab in enumerate(order_labels):
-            if lab not in index:
+            if not is_id(lab) or lab not in index:
                 raise GraphError(f"{where}: graph.order names unknown node {lab!r}")
             order[k] = index[lab]
         from memopt.core import validate_order
@@ -126,7 +128,19 @@ def instance_from_node_link(doc: dict, path: str | None = None) -> Instance:
             validate_order(graph, order)
         except ScheduleError as exc:
             raise FormatError(f"{where}: graph.order is not a valid order: {exc}") from None
+        order_source = "graph.order"
     else:
         order = np.arange(n, dtype=np.int64)
+        order_source = "node list"
+        from memopt.core import validate_order
+        from memopt.errors import ScheduleError
+
+        try:
+            validate_order(graph, order)
+        except ScheduleError:
+            # the node list is no order to run: the input-order baseline becomes Kahn's order
+            order = graph.topological_order()
+            order_source = "Kahn's order (the node list is not topological)"
+    meta = {"graph": {k: v for k, v in gattr.items() if k != "pos"}, "input_order": order_source}
     return Instance(name=graph.name, schema=schema, labels=tuple(labels), input_order=order,
-                    graph=graph, path=path, meta={"graph": {k: v for k, v in gattr.items() if k != "pos"}})
+                    graph=graph, path=path, meta=meta)

@@ -19,7 +19,7 @@ import numpy as np
 
 from memopt.core import Op, Program, Statement, Tensor, TensorGraph
 from memopt.errors import FormatError
-from memopt.io._json import int_field, read_json, require
+from memopt.io._json import bool_field, int_field, read_json, require
 from memopt.io.checkmate import instance_from_node_link, is_node_link
 from memopt.io.instance import Instance
 
@@ -51,8 +51,8 @@ def graph_from_doc(doc: dict, where: str = "<graph>") -> TensorGraph:
             from memopt.errors import GraphError
 
             raise GraphError(f"tensor {name!r} has a negative size: {size}")
-        tensors.append(Tensor(name, int_field(t, "size", twhere), output=bool(t.get("output", False)),
-                              resident=bool(t.get("resident", False))))
+        tensors.append(Tensor(name, int_field(t, "size", twhere), output=bool_field(t, "output", twhere),
+                              resident=bool_field(t, "resident", twhere)))
     ops = []
     for k, o in enumerate(require(doc, "ops", where, list)):
         name = require(o, "name", f"{where}: op #{k}", str)

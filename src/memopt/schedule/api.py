@@ -139,14 +139,25 @@ def compute_bounds(model, *, time_limit: float = 10.0, target: int | None = None
     return {b.name: b.value for b in _bounds(_Model(_unwrap(model)), time_limit=time_limit, target=target, pair=pair)}
 
 
-def _bounds(m: _Model, *, time_limit: float, target: int | None, pair: bool) -> list:
+def _trap_bounds(m: _Model, *, time_limit: float, reverse: bool) -> list:
+    """The simple bounds and the forward trap (and, as a cross-check, the reverse trap, which
+    equals it node by node: proofs/trap_bounds.md section 2)."""
     from memopt.bounds import trap
 
     t0 = time.perf_counter()
     out = list(trap.simple_bounds(m.graph)) if m.graph is not None else []
     out += list(trap.simple_dag_bounds(m.dag))
-    out.append(trap.forward_trap_bound(m.dag))
-    out.append(trap.reverse_trap_bound(m.dag))
+    out.append(trap.forward_trap_bound(m.dag, time_limit=time_limit))
+    if reverse:
+        out.append(trap.reverse_trap_bound(m.dag, time_limit=max(0.0, time_limit - (time.perf_counter() - t0))))
+    return out
+
+
+def _bounds(m: _Model, *, time_limit: float, target: int | None, pair: bool) -> list:
+    from memopt.bounds import trap
+
+    t0 = time.perf_counter()
+    out = _trap_bounds(m, time_limit=time_limit / 2, reverse=True)
     best = max(b.value for b in out)
     if pair and (target is None or best < target):
         remaining = max(0.0, time_limit - (time.perf_counter() - t0))
@@ -224,8 +235,6 @@ def schedule(model, method: str = "auto", time_limit: float = 10.0, *, input_ord
                 baselines[name] = candidates[name][1]
         class_fns = _class_orders(m)
         if method in ("auto", "exact") or method in class_fns:
-            if method in class_fns and method not in ("auto", "exact") and class_fns[method]() is None:
-                raise ScheduleError(f"method {method!r} does not apply: the graph is not in its class")
             for name, fn in class_fns.items():
                 if method not in ("auto", "exact", name):
                     continue
@@ -233,6 +242,8 @@ def schedule(model, method: str = "auto", time_limit: float = 10.0, *, input_ord
                 order = fn()
                 if order is not None:
                     consider(name, order)
+                elif name == method:
+                    raise ScheduleError(f"method {method!r} does not apply: the graph is not in its class")
         if method in ("auto", "exact", "greedy"):
             from memopt.schedule.greedy import greedy_dag_order
 
@@ -243,14 +254,13 @@ def schedule(model, method: str = "auto", time_limit: float = 10.0, *, input_ord
 
         from memopt.bounds import trap
 
-        # every method reports its lower bound
-        bar.set_status("trap bounds")
-        bound_list = (list(trap.simple_bounds(m.graph)) if m.graph is not None else []) + \
-            list(trap.simple_dag_bounds(m.dag)) + [trap.forward_trap_bound(m.dag), trap.reverse_trap_bound(m.dag)]
-        lb = max([int(m.dag.base)] + [b.value for b in bound_list])
-
         def remaining():
             return max(0.0, deadline - time.perf_counter())
+
+        # every method reports its lower bound; a huge graph's cuts get a share of the time
+        bar.set_status("trap bounds")
+        bound_list = _trap_bounds(m, time_limit=remaining() * 0.3, reverse=False)
+        lb = max([int(m.dag.base)] + [b.value for b in bound_list])
 
         if method in ("auto", "exact", "local-search"):
             from memopt.schedule.local_search import local_search_dag
@@ -300,9 +310,11 @@ def schedule(model, method: str = "auto", time_limit: float = 10.0, *, input_ord
                 full, _ = local_search_dag(m.dag, m.to_full(order), time_limit=remaining(), seed=seed + 1,
                                            lower_bound=max(lb, proven_lb or 0))
                 consider("local-search", m.from_full(full))
-        name, order, pk = best()
-        if method not in ("auto", "exact"):
-            name = method if method in candidates else name
+        if method in candidates:
+            # a named method returns its own order, even where a baseline computed alongside is better
+            name, (order, pk) = method, candidates[method]
+        else:
+            name, order, pk = best()
 
     bounds = {}
     for b in bound_list:
@@ -313,9 +325,11 @@ def schedule(model, method: str = "auto", time_limit: float = 10.0, *, input_ord
     certifiable = [b for b in bound_list if b.witness.get("kind") in CERTIFIABLE]
     witnessed = max(certifiable, key=lambda b: b.value) if certifiable else None
     if proven_lb is not None:
-        bounds["exact_search"] = min(proven_lb, pk)
+        bounds["exact_search"] = proven_lb
     lower = max([int(m.dag.base)] + list(bounds.values()))
-    lower = min(lower, pk)  # an exact solver's bound never exceeds a found peak; clamp defensively
+    if lower > pk:
+        # the best order is here too, so no sound bound can exceed its peak: this is a bug
+        raise CertificateError(f"internal error: a lower bound ({lower}) exceeds a verified peak ({pk})")
     if witnessed is not None and witnessed.value >= pk:
         status = "certified"
     elif lower >= pk:
@@ -393,8 +407,18 @@ def verify_plan_document(inst, doc: dict, where: str = "<plan>") -> dict:
         raise CertificateError(f"{where}: " + "; ".join(report.errors))
     measured = int(report.peak)
     claimed = doc.get("peak")
-    ok = claimed is None or int(claimed) == measured
-    if not ok:
+    for key in ("peak", "lower_bound"):
+        val = doc.get(key)
+        if val is not None and (isinstance(val, bool) or not isinstance(val, int)):
+            raise CertificateError(f"{where}: field {key!r} must be a whole number of bytes, got {val!r}")
+    if claimed is not None and claimed != measured:
         raise CertificateError(f"{where}: the plan claims peak {claimed}, but its order has peak {measured}")
+    claimed_lb = doc.get("lower_bound")
+    if claimed_lb is not None and claimed_lb > measured:
+        raise CertificateError(f"{where}: the plan claims lower bound {claimed_lb} above its own peak {measured}")
+    if doc.get("status") in ("certified", "optimal") and claimed_lb != measured:
+        raise CertificateError(f"{where}: the plan claims status {doc.get('status')!r} but its lower bound "
+                               f"{claimed_lb} does not equal its peak {measured}")
     return {"ok": True, "kind": "plan", "peak": measured, "claimed_peak": claimed,
-            "lower_bound": doc.get("lower_bound"), "status": doc.get("status")}
+            "lower_bound": doc.get("lower_bound"), "status": doc.get("status"),
+            "note": "a plan carries no witness for its lower bound; verify its certificate to check that"}
