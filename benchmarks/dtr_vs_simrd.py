@@ -114,7 +114,8 @@ def main(argv=None) -> int:
                     default=DEFAULT_DATA / "dtr-reference" / "reference.jsonl")
     ap.add_argument("--traces", type=Path, default=DEFAULT_DATA / "dtr-traces")
     ap.add_argument("--filter", default="", help="rows whose trace or heuristic contains this")
-    ap.add_argument("--repeats", type=int, default=3, help="memopt: best of N (default 3)")
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="memopt: best of N (default 1, like the single recorded simrd run)")
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                     help="memopt timer: wall clock (default) or process CPU time, which is "
                          "steadier on a machine busy with other work")

@@ -15,8 +15,17 @@ import sys
 from memopt.errors import MemoptError
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line too (sub-command parsers inherit this class)."""
+
+    def error(self, message: str):
+        print(f"memopt: error: {self.prog.split(' ', 1)[-1] + ': ' if ' ' in self.prog else ''}{message}",
+              file=sys.stderr)
+        raise SystemExit(2)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="memopt",
         description="Exact memory scheduling, lower bounds and rematerialization studies.",
     )

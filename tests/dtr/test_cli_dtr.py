@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from contextlib import nullcontext
 import subprocess
 import sys
 from pathlib import Path
@@ -143,3 +144,25 @@ def test_sweep_repeats_flag_nondeterminism_with_exit_status_1(capsys, monkeypatc
     code, out, err = _run(capsys, "dtr", "sweep", str(UNET), "--grid", "0.5:0.6:0.1", "--jobs", "1",
                           "--repeats", "2", "--json")
     assert code == 0 and json.loads(out)["nondeterministic"] == [] and err == ""
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["dtr", "replay", str(UNET), "--ratio", "1e30"], "too large"),
+    (["dtr", "replay", str(UNET), "--ratio", "0.5", "--overhead-limit", "inf", "--json"], "finite slowdown factor"),
+    (["dtr", "replay", str(UNET), "--ratio", "0.5", "--overhead-limit", "abc"], "invalid float value: 'abc'"),
+    (["dtr", "replay", str(UNET)], "required: --ratio"),
+    (["dtr", "sweep", str(UNET), "--grid", "0.5:0.6:0.05", "--plot", "/nonexistent/dir/x.png"], "not writable"),
+])
+def test_usage_and_value_errors_are_one_line(capsys, argv, message):
+    with pytest.raises(SystemExit) if "invalid float" in message or "required" in message else nullcontext():
+        code = main(argv)
+        assert code == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and err.startswith("memopt: error:") and message in err
+
+
+def test_empty_log_is_an_error(tmp_path, capsys):
+    empty = tmp_path / "empty.log"
+    empty.write_text("")
+    assert main(["dtr", "replay", str(empty), "--ratio", "0.5"]) == 2
+    assert "empty log" in capsys.readouterr().err

@@ -248,7 +248,7 @@ def test_timeout_workers_give_the_same_outcomes():
 
 @pytest.mark.skipif(not TREELSTM.exists(), reason=f"{TREELSTM} not found")
 def test_a_budget_that_overruns_is_undecided():
-    # TreeLSTM at 5% of its peak recomputes for minutes: stopped after 2 s.
+    # TreeLSTM at 5% of its peak recomputes for ~32 CPU-seconds before its OOM: stopped after 2 s.
     result = run_sweep(TREELSTM, "0.05:0.05:0.01", "dtr", jobs=1, timeout=2)
     (point,) = result.points
     assert point.status == "timeout" and result.failing == [] and result.holes == ()

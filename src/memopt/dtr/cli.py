@@ -24,17 +24,20 @@ def _ratio(text: str, option: str) -> Decimal:
         raise MemoptError(f"{option} {text!r} is not a number") from None
     if not value.is_finite() or value <= 0:
         raise MemoptError(f"{option} must be a positive budget ratio, got {text!r}")
+    if value > 10**6:
+        # budgets are exact int64 byte counts; far above 1 every budget behaves alike anyway
+        raise MemoptError(f"{option} {text!r} is too large: budget ratios above 1e6 are not supported")
     return value
 
 
 def _overhead_limit(value: float | None) -> float | None:
-    if value is not None and not value >= 1.0:
-        raise MemoptError(f"--overhead-limit must be >= 1 (a slowdown factor), got {value}")
+    if value is not None and not (1.0 <= value < float("inf")):
+        raise MemoptError(f"--overhead-limit must be a finite slowdown factor >= 1, got {value}")
     return value
 
 
 def _print_json(obj: dict) -> None:
-    sys.stdout.write(json.dumps(obj, sort_keys=False) + "\n")
+    sys.stdout.write(json.dumps(obj, sort_keys=False, allow_nan=False) + "\n")
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
@@ -88,6 +91,10 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
     limit = _overhead_limit(args.overhead_limit)
     parse_grid(args.grid)  # fail on a bad grid before anything is loaded
+    if args.plot:
+        folder = os.path.dirname(os.path.abspath(args.plot))
+        if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+            raise MemoptError(f"--plot {args.plot!r}: folder {folder!r} does not exist or is not writable")
     result = run_sweep(
         args.trace,
         args.grid,
@@ -98,11 +105,11 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         timeout=args.timeout,
         progress=not args.json,
     )
-    if args.plot:
-        plot_sweep(result, args.plot)
     if args.json:
         _print_json(result.to_dict())
-    else:
+    if args.plot:
+        plot_sweep(result, args.plot)
+    if not args.json:
         print(format_sweep(result, all_points=not args.failing_only))
         if args.plot:
             print(f"plot       {args.plot}")

@@ -276,6 +276,8 @@ def parse_lines(lines, *, path: str = "<trace>", start: bool | None = None) -> T
     lines = [ln.rstrip("\r\n") for ln in lines]
     records = [_check_record(path, i + 1, ln) for i, ln in enumerate(lines)]
     n = len(records)
+    if n == 0:
+        raise FormatError(f"{path}: empty log (no records)")
 
     pos = 0
     has_start = any(r["INSTRUCTION"] == "ANNOTATE" and r["ANNOTATION"] == "START"
