@@ -105,6 +105,40 @@ def _pop(k1, k2, hv, size):
 
 
 @numba.njit(cache=True)
+def _emit(v, k, mem, peak, top, asz, bsz, order, done, deg, freed, stack, a1, a2, av, b1, b2, bv,
+          succ_ptr, succ_idx, pred_ptr, pred_idx, delta, transient, is_rel, rule, rank):
+    """Run node ``v``: append it, update the level and peak, and make its successors ready
+    (releases onto the stack, allocating nodes into both heaps); a release left waiting for
+    one last predecessor credits that predecessor with the bytes it will free."""
+    done[v] = True
+    order[k] = v
+    k += 1
+    mem += delta[v]
+    if mem + transient[v] > peak:
+        peak = mem + transient[v]
+    for e in range(succ_ptr[v], succ_ptr[v + 1]):
+        u = succ_idx[e]
+        deg[u] -= 1
+        if deg[u] == 0:
+            if is_rel[u]:
+                stack[top] = u
+                top += 1
+            else:
+                asz = _push(a1, a2, av, asz, delta[u] - freed[u], delta[u] + transient[u], u)
+                bsz = _push(b1, b2, bv, bsz, delta[u] + transient[u] if rule != 2 else rank[u], 0, u)
+        elif deg[u] == 1 and is_rel[u]:
+            for f in range(pred_ptr[u], pred_ptr[u + 1]):
+                w = pred_idx[f]
+                if not done[w]:
+                    if not is_rel[w]:
+                        freed[w] += -delta[u]
+                        if deg[w] == 0:
+                            asz = _push(a1, a2, av, asz, delta[w] - freed[w], delta[w] + transient[w], w)
+                    break
+    return k, mem, peak, top, asz, bsz
+
+
+@numba.njit(cache=True)
 def _greedy_kernel(succ_ptr, succ_idx, pred_ptr, pred_idx, delta, transient, base, rule, rank):
     n = delta.shape[0]
     deg = np.empty(n, np.int64)
@@ -150,31 +184,8 @@ def _greedy_kernel(succ_ptr, succ_idx, pred_ptr, pred_idx, delta, transient, bas
         while top > 0:
             top -= 1
             v = stack[top]
-            done[v] = True
-            order[k] = v
-            k += 1
-            mem += delta[v]
-            if mem + transient[v] > peak:
-                peak = mem + transient[v]
-            for e in range(succ_ptr[v], succ_ptr[v + 1]):
-                u = succ_idx[e]
-                deg[u] -= 1
-                if deg[u] == 0:
-                    if is_rel[u]:
-                        stack[top] = u
-                        top += 1
-                    else:
-                        asz = _push(a1, a2, av, asz, delta[u] - freed[u], delta[u] + transient[u], u)
-                        bsz = _push(b1, b2, bv, bsz, delta[u] + transient[u] if rule != 2 else rank[u], 0, u)
-                elif deg[u] == 1 and is_rel[u]:
-                    for f in range(pred_ptr[u], pred_ptr[u + 1]):
-                        w = pred_idx[f]
-                        if not done[w]:
-                            if not is_rel[w]:
-                                freed[w] += -delta[u]
-                                if deg[w] == 0:
-                                    asz = _push(a1, a2, av, asz, delta[w] - freed[w], delta[w] + transient[w], w)
-                            break
+            k, mem, peak, top, asz, bsz = _emit(v, k, mem, peak, top, asz, bsz, order, done, deg, freed, stack,
+                                                a1, a2, av, b1, b2, bv, succ_ptr, succ_idx, pred_ptr, pred_idx, delta, transient, is_rel, rule, rank)
         if k >= n:
             break
         # clean stale tops
@@ -189,31 +200,8 @@ def _greedy_kernel(succ_ptr, succ_idx, pred_ptr, pred_idx, delta, transient, bas
             v = bv[0]
         elif rule == 2 and not (freed[v] > 0 and delta[v] - freed[v] <= 0):
             v = bv[0]
-        done[v] = True
-        order[k] = v
-        k += 1
-        mem += delta[v]
-        if mem + transient[v] > peak:
-            peak = mem + transient[v]
-        for e in range(succ_ptr[v], succ_ptr[v + 1]):
-            u = succ_idx[e]
-            deg[u] -= 1
-            if deg[u] == 0:
-                if is_rel[u]:
-                    stack[top] = u
-                    top += 1
-                else:
-                    asz = _push(a1, a2, av, asz, delta[u] - freed[u], delta[u] + transient[u], u)
-                    bsz = _push(b1, b2, bv, bsz, delta[u] + transient[u] if rule != 2 else rank[u], 0, u)
-            elif deg[u] == 1 and is_rel[u]:
-                for f in range(pred_ptr[u], pred_ptr[u + 1]):
-                    w = pred_idx[f]
-                    if not done[w]:
-                        if not is_rel[w]:
-                            freed[w] += -delta[u]
-                            if deg[w] == 0:
-                                asz = _push(a1, a2, av, asz, delta[w] - freed[w], delta[w] + transient[w], w)
-                        break
+        k, mem, peak, top, asz, bsz = _emit(v, k, mem, peak, top, asz, bsz, order, done, deg, freed, stack,
+                                            a1, a2, av, b1, b2, bv, succ_ptr, succ_idx, pred_ptr, pred_idx, delta, transient, is_rel, rule, rank)
     return order[:k], peak
 
 
