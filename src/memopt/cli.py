@@ -43,6 +43,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
+    except BrokenPipeError:
+        # the reader went away (`memopt ... | head`): not an error of ours
+        sys.stderr.close()
+        return 0
     except MemoptError as exc:
         print(f"memopt: error: {exc}", file=sys.stderr)
         return 2
