@@ -503,6 +503,15 @@ def _killable_results(path: str, jobs: int, tasks: list[tuple[Any, tuple]], time
         w["proc"].join()
         conn.close()
 
+    def expire(conn) -> tuple:
+        """End the worker whose replay overran; its budget is undecided and a fresh worker
+        takes its place while budgets remain."""
+        key, args = workers[conn]["task"]
+        retire(conn)
+        if pending:
+            spawn()
+        return key, timed_out(args)
+
     def timed_out(args: tuple) -> dict:
         peak, compute = base if base is not None else (0, 0)
         out = {name: 0 for name in OUTCOME_FIELDS}
@@ -534,12 +543,8 @@ def _killable_results(path: str, jobs: int, tasks: list[tuple[Any, tuple]], time
                     code = w["proc"].exitcode
                     if w["task"] is not None and w["cpu"] and code in (-signal.SIGXCPU, -signal.SIGKILL):
                         # The kernel ended the replay at its CPU-time limit.
-                        key, args = w["task"]
                         busy -= 1
-                        retire(conn)
-                        yield key, timed_out(args)
-                        if pending:
-                            spawn()
+                        yield expire(conn)
                         continue
                     raise MemoptError(f"a sweep worker process died unexpectedly (exit code {code})") from None
                 if kind == "error":
@@ -556,12 +561,8 @@ def _killable_results(path: str, jobs: int, tasks: list[tuple[Any, tuple]], time
             now = time.monotonic()
             for conn, w in list(workers.items()):
                 if w["task"] is not None and w["deadline"] <= now:
-                    key, args = w["task"]
                     busy -= 1
-                    retire(conn)
-                    yield key, timed_out(args)
-                    if pending:
-                        spawn()
+                    yield expire(conn)
     finally:
         for conn, w in list(workers.items()):
             if w["proc"].is_alive() and w["task"] is None:
