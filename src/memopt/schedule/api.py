@@ -220,7 +220,7 @@ def schedule(model, method: str = "auto", time_limit: float = 10.0, *, input_ord
         candidates[name] = (order, m.peak(order))
 
     def best():
-        name = min(candidates, key=lambda k: (candidates[k][1], list(candidates).index(k)))
+        name = min(candidates, key=lambda k: candidates[k][1])  # first found wins a tie
         return name, candidates[name][0], candidates[name][1]
 
     with Progress(None, f"memopt {method}", enabled=progress) as bar:
@@ -299,16 +299,16 @@ def schedule(model, method: str = "auto", time_limit: float = 10.0, *, input_ord
                 if res.order is not None:
                     consider(solver, m.from_full(res.order))
                 if res.lower_bound > lb:
-                    proven_lb = int(res.lower_bound)
+                    proven_lb = lb = int(res.lower_bound)
 
         if method == "auto":
             _, order, pk = best()
-            if pk > max(lb, proven_lb or 0) and remaining() > 0:
+            if pk > lb and remaining() > 0:
                 from memopt.schedule.local_search import local_search_dag
 
-                bar.set_status(f"local search (gap {pk - max(lb, proven_lb or 0)})")
+                bar.set_status(f"local search (gap {pk - lb})")
                 full, _ = local_search_dag(m.dag, m.to_full(order), time_limit=remaining(), seed=seed + 1,
-                                           lower_bound=max(lb, proven_lb or 0))
+                                           lower_bound=lb)
                 consider("local-search", m.from_full(full))
         if method in candidates:
             # a named method returns its own order, even where a baseline computed alongside is better
