@@ -349,15 +349,60 @@ def test_wrong_pair_cases_and_forcing_are_rejected():
     bad["bound"]["witness"]["cases"] = bad["bound"]["witness"]["cases"][:1]
     with pytest.raises(CertificateError, match="cases must be exactly"):
         verify_certificate(bad)
-    # a cut forcing a successor before its node is impossible: rejected, not trusted
+    # a cut forcing a successor before its node is impossible (and not implied): rejected, not trusted
     g = two_branches()
     dag = graph_to_dag(g).dag
     wit = trap_cut(dag, 3)
     wit["force_in"] = [4]
     cert2 = make_certificate(g, [0, 1, 2, 3, 4], forward_trap_bound(g))
     cert2["bound"]["witness"] = wit
-    with pytest.raises(CertificateError, match="forcing is impossible"):
+    with pytest.raises(CertificateError, match=r"force_in node 'C' \(4\) is not implied by the DAG"):
         verify_certificate(cert2)
+
+
+def test_only_implied_forcing_is_accepted_in_a_top_level_cut():
+    g = two_branches()
+    dag = graph_to_dag(g).dag
+    order = [0, 1, 2, 3, 4]
+    free = trap_cut(dag, 3)                         # B2: ancestors B1; A1, A2 and the releases are free
+    cert = make_certificate(g, order, forward_trap_bound(g))
+    # forcing an ancestor in (or a descendant out) is what the DAG implies: same value, accepted
+    for fin, fout in [([2], []), ([], [4]), ([2], [3, 4])]:
+        wit = trap_cut(dag, 3, fin, fout)
+        assert wit["value"] == free["value"]
+        cert["bound"] = {"name": "forward_trap", "value": wit["value"], "witness": wit}
+        assert verify_certificate(cert, strict=False).bound == free["value"]
+    # forcing an incomparable node raises the value for the orders that agree, not for all: refused
+    wit = trap_cut(dag, 3, [0, 1], [])              # A1 and A2 before B2: the plan's own prefix
+    assert wit["value"] > free["value"]
+    cert["bound"] = {"name": "forward_trap", "value": wit["value"], "witness": wit}
+    with pytest.raises(CertificateError, match=r"force_in node 'A1' \(0\) is not implied by the DAG"):
+        verify_certificate(cert)
+    # the reversed program: its ancestors are our descendants
+    rwit = trap_cut(dag, 3, [4], [], reverse=True)
+    cert["bound"] = {"name": "reverse_trap", "value": rwit["value"], "witness": rwit}
+    assert verify_certificate(cert, strict=False).bound == rwit["value"]
+    rwit = trap_cut(dag, 3, [0], [], reverse=True)   # A1 "before" B2 in the reversed program: after it in ours
+    cert["bound"] = {"name": "reverse_trap", "value": rwit["value"], "witness": rwit}
+    with pytest.raises(CertificateError, match="not implied by the DAG"):
+        verify_certificate(cert)
+
+
+def test_checker_refuses_junk_with_certificate_errors_only():
+    cert = _cert_with_flow()
+    for path, junk in [(("bound", "witness", "cases"), [None, {}, {"case": ["x"]}]),
+                       (("bound", "witness", "cases", 0, "cut", "force_in"), [[1, 2]]),
+                       (("bound", "witness", "cases", 0, "cut", "force_out"), [{"a": 1}]),
+                       (("bound", "witness", "u"), 10**5000), (("peak",), 2**70), (("peak",), 1e300),
+                       (("certified",), "true"), (("version",), True), (("plan", "extra"), 1),
+                       (("bound", "witness", "cases", 1, "cut", "program"), ["forward"])]:
+        bad = copy.deepcopy(cert)
+        obj = bad
+        for p in path[:-1]:
+            obj = obj[p]
+        obj[path[-1]] = junk
+        with pytest.raises(CertificateError):
+            verify_certificate(bad)
 
 
 def test_malformed_certificates_are_rejected():

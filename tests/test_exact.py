@@ -10,8 +10,8 @@ from memopt.core.program import Program, Statement
 from memopt.core.signed_dag import SignedDAG, dag_order_from_op_order, dag_peak, graph_to_dag, validate_node_order
 from memopt.schedule.brute_force import brute_force_dag_optimum, brute_force_schedule, random_tensor_graph
 from memopt.schedule.cpsat import cpsat_peak_at_most, solve_cpsat
-from memopt.schedule.ideal_search import (IdealSearch, _state_trap, ideal_search, peak_at_most, reachability,
-                                          release_owners)
+from memopt.core.structure import reachability, release_owners
+from memopt.schedule.ideal_search import IdealSearch, _state_trap, ideal_search, peak_at_most
 from memopt.schedule.scip import solve_scip
 
 from conftest import shared_graph
@@ -248,3 +248,31 @@ def test_cpsat_confirms_the_random_layered_100_optimum():
     gd, init = _load(REAL[3][0])
     r = ideal_search(gd.dag, time_limit=60, initial_order=init)
     check_result(gd.dag, solve_cpsat(gd.dag, time_limit=120, initial_order=r.order), REAL[3][1])
+
+
+@settings(max_examples=40)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 9))
+def test_the_one_max_flow_matches_networkx(seed, n):
+    """core.closure.max_flow (Dinic) against networkx on the trap networks of random DAGs."""
+    import networkx as nx
+
+    from memopt.bounds.trap import _arcs, _net
+    from memopt.core.closure import max_flow
+
+    dag = graph_to_dag(random_tensor_graph(np.random.default_rng(seed), n)).dag
+    net = _net(dag)
+    for v in range(dag.n):
+        built = _arcs(net, v)
+        if built is None or not built[2].size:
+            continue
+        tails, heads, caps = built[:3]
+        value, flows, side = max_flow(dag.n + 2, dag.n, dag.n + 1, tails, heads, caps)
+        G = nx.DiGraph()
+        for a, b, c in zip(tails.tolist(), heads.tolist(), caps.tolist()):
+            G.add_edge(a, b, capacity=G.get_edge_data(a, b, {"capacity": 0})["capacity"] + c)
+        G.add_nodes_from([dag.n, dag.n + 1])
+        assert value == nx.maximum_flow_value(G, dag.n, dag.n + 1)
+        assert np.all((flows >= 0) & (flows <= caps))
+        # the source side is closed under residual arcs and holds no sink: a minimum cut
+        assert side[dag.n] and not side[dag.n + 1]
+        assert sum(int(c) for a, b, c in zip(tails, heads, caps) if side[a] and not side[b]) == value

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from memopt.core import (Op, Tensor, TensorGraph, dag_order_from_op_order, dag_peak, graph_to_dag, peak,
+from memopt.core import (Op, Tensor, TensorGraph, dag_peak, graph_to_dag, peak,
                          program_from_graph, validate_node_order, validate_order)
 from memopt.errors import ScheduleError
 from memopt.schedule import local_search as ls

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from memopt.core import Op, Tensor, TensorGraph, peak, validate_order
+from memopt.core import peak, validate_order
 from memopt.errors import FormatError, GraphError
 from memopt.io import graph_to_doc, instance_from_doc, load_instance, plan_order, plan_to_doc, program_to_doc
 from memopt.core import program_from_graph

@@ -2,6 +2,7 @@
 
 from memopt.bounds.certificate import certify, load_certificate, make_certificate, save_certificate
 from memopt.bounds.checker import VerifyReport, verify_certificate
+from memopt.bounds.verify import VerifyOutcome, verify_document
 from memopt.bounds.trap import (
     Bound,
     best_bound,
@@ -16,5 +17,5 @@ from memopt.bounds.trap import (
 
 __all__ = [
     "Bound", "forward_trap_bound", "reverse_trap_bound", "pair_trap_bound", "probing_trap_bound", "node_trap_values",
-    "simple_bounds", "simple_dag_bounds", "best_bound", "make_certificate", "certify", "save_certificate", "load_certificate", "verify_certificate", "VerifyReport",
+    "simple_bounds", "simple_dag_bounds", "best_bound", "make_certificate", "certify", "save_certificate", "load_certificate", "verify_certificate", "VerifyReport", "verify_document", "VerifyOutcome",
 ]

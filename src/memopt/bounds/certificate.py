@@ -27,18 +27,26 @@ Witness kinds (``proofs/trap_bounds.md`` proves each):
   on the network of the trap of ``v`` (rebuilt by the checker from the DAG, see
   :func:`memopt.bounds.trap._arcs`: node ``n`` is the source, ``n + 1`` the sink, arcs
   not listed carry 0); by weak duality ``constant + flow value`` bounds the memory while
-  ``v`` runs, for every order consistent with the forcing.
+  ``v`` runs, for every order consistent with the forcing. Forcing is therefore accepted
+  only where it is *implied*: at top level and inside a refutation, ``force_in`` may name
+  only ancestors of ``v`` and ``force_out`` only ``v`` or its descendants (in the cut's
+  program and DAG, hypothesis and derived edges included); other forcing (say, a plan's own
+  prefix and suffix) would bound that plan alone and is refused by the checker.
 * ``{"kind": "pair", "u": u, "v": v, "value": int, "cases": [{"case": "u_before_v", "cut":
   CUT}, {"case": "u_after_v", "cut": CUT}]}``: each case's cut must be implied by the case
   (``u_before_v``: the trap of ``v`` with ``u`` forced in, or of ``u`` with ``v`` forced
-  out; ``u_after_v``: of ``v`` with ``u`` out, or of ``u`` with ``v`` in); the bound is the
-  smaller case value.
+  out; ``u_after_v``: of ``v`` with ``u`` out, or of ``u`` with ``v`` in; beyond that, only
+  implied forcing); the bound is the smaller case value.
 * ``{"kind": "refutation", "limit": L, "value": L + 1, "steps": [{"edge": [a, b], "on": k,
   "cut": CUT with "extra_edges": [[b, a]]}, ...], "final": {"kind": "cut", "on": k, "cut":
   CUT} | {"kind": "cycle"}}``: no schedule has peak ``<= L``. Each step derives the
   precedence ``a -> b`` from a cut above ``L`` on the DAG plus the first ``k`` derived
   edges plus the opposite hypothesis ``b -> a``; the final cut (or a cycle among the
   derived edges) contradicts the limit.
+
+Every field above is checked; a field the format does not define is refused (it would be
+an unchecked claim). Plan files (``memopt-plan``) may carry the ``bound`` object of a
+certificate; :mod:`memopt.bounds.verify` checks it against the instance.
 
 Example
 -------
@@ -141,10 +149,19 @@ def save_certificate(cert: dict, path: str | os.PathLike) -> None:
 
 
 def load_certificate(path: str | os.PathLike) -> dict:
+    """Read a certificate JSON file (not checked: see :func:`memopt.bounds.checker.verify_certificate`)."""
     from memopt.errors import FormatError
 
     try:
-        with open(path) as fh:
+        with open(path, encoding="utf-8") as fh:
             return json.load(fh)
+    except FileNotFoundError:
+        raise FormatError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise FormatError(f"{path}: is a directory, not a file") from None
+    except UnicodeDecodeError as exc:
+        raise FormatError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except RecursionError:
+        raise FormatError(f"{path}: JSON nested too deeply to read") from None
     except json.JSONDecodeError as exc:
         raise FormatError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None

@@ -63,13 +63,15 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-import numba
 import numpy as np
-from ortools.graph.python import max_flow
 
+from memopt import _jit
+from memopt._jit import kernel
 from memopt.core.signed_dag import SignedDAG, graph_to_dag
+from memopt.core.closure import max_flow, picard_network
+from memopt.core.structure import ancestor_matrix
 from memopt.core.tensor_graph import TensorGraph
-from memopt.errors import GraphError
+from memopt.errors import GraphError, InternalError
 
 __all__ = [
     "Bound", "forward_trap_bound", "reverse_trap_bound", "pair_trap_bound", "node_trap_values",
@@ -97,25 +99,39 @@ class Bound:
     complete: bool = True
     stats: dict = field(default_factory=dict)
 
+    def to_dict(self) -> dict:
+        """Plain JSON data (what ``memopt bound --json`` prints for each bound)."""
+        def plain(x):
+            if isinstance(x, dict):
+                return {str(k): plain(v) for k, v in x.items()}
+            if isinstance(x, (list, tuple)):
+                return [plain(v) for v in x]
+            return x.item() if isinstance(x, np.generic) else x
+
+        return {"name": self.name, "value": int(self.value), "critical": [int(v) for v in self.critical],
+                "witness": plain(self.witness), "seconds": round(float(self.seconds), 6),
+                "complete": bool(self.complete), "stats": plain(self.stats)}
+
+    @classmethod
+    def from_dict(cls, doc: dict) -> "Bound":
+        """Inverse of :meth:`to_dict`. The value is *claimed*, not proved: check a bound's
+        witness with :func:`memopt.bounds.checker.verify_certificate` before relying on it."""
+        from memopt.errors import FormatError
+
+        try:
+            value = doc["value"]
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"value must be an integer, got {value!r}")
+            return cls(value=value, name=str(doc["name"]), critical=tuple(int(v) for v in doc.get("critical", ())),
+                       witness=dict(doc.get("witness", {})), seconds=float(doc.get("seconds", 0.0)),
+                       complete=bool(doc.get("complete", True)), stats=dict(doc.get("stats", {})))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise FormatError(f"not a bound: {exc}") from None
+
 
 # ---------------------------------------------------------------------------- preparation
 
-@numba.njit(cache=True)
-def _ancestor_matrix(topo, pred_ptr, pred_idx, n):
-    """``anc[v, x]`` is true iff ``x`` is a proper ancestor of ``v``."""
-    anc = np.zeros((n, n), np.bool_)
-    for k in range(topo.shape[0]):
-        v = topo[k]
-        for e in range(pred_ptr[v], pred_ptr[v + 1]):
-            p = pred_idx[e]
-            anc[v, p] = True
-            for x in range(n):
-                if anc[p, x]:
-                    anc[v, x] = True
-    return anc
-
-
-@numba.njit(cache=True)
+@kernel
 def _closure_sums(anc, vals):
     """``(sum of vals over anc(v), sum of vals over desc(v))`` for every node, in O(n^2), no copies."""
     n = anc.shape[0]
@@ -127,72 +143,6 @@ def _closure_sums(anc, vals):
                 up[v] += vals[x]
                 down[x] += vals[v]
     return up, down
-
-
-@numba.njit(cache=True)
-def _network_kernel(pin, pout, w, edges, ea, eb, inf):
-    """Arcs of one cut network in canonical order, in one pass (see :func:`_arcs`).
-
-    Returns ``(tails, heads, caps, w(pin), sum of negative free deltas, free mask, clash)``;
-    ``clash`` means a node is forced both in and out (the forcing is impossible). The edge
-    ``ea -> eb`` (if ``ea >= 0``) joins the edges at its lexicographic place.
-    """
-    n = w.shape[0]
-    m = edges.shape[0]
-    free = np.empty(n, np.bool_)
-    clash = False
-    w_pin = 0
-    neg_free = 0
-    count = 0
-    for x in range(n):
-        if pin[x] and pout[x]:
-            clash = True
-        free[x] = not (pin[x] or pout[x])
-        if pin[x]:
-            w_pin += w[x]
-        if free[x] and w[x] != 0:
-            count += 1
-            if w[x] < 0:
-                neg_free += w[x]
-    size = count + m + 1
-    tails = np.empty(size, np.int64)
-    heads = np.empty(size, np.int64)
-    caps = np.empty(size, np.int64)
-    k = 0
-    for x in range(n):
-        if free[x] and w[x] < 0:
-            tails[k] = n
-            heads[k] = x
-            caps[k] = -w[x]
-            k += 1
-    for x in range(n):
-        if free[x] and w[x] > 0:
-            tails[k] = x
-            heads[k] = n + 1
-            caps[k] = w[x]
-            k += 1
-    use_extra = ea >= 0 and free[ea] and free[eb]
-    for i in range(m):
-        p = edges[i, 0]
-        x = edges[i, 1]
-        if use_extra and (ea < p or (ea == p and eb <= x)):
-            if not (ea == p and eb == x):
-                tails[k] = eb
-                heads[k] = ea
-                caps[k] = inf
-                k += 1
-            use_extra = False
-        if free[p] and free[x]:
-            tails[k] = x
-            heads[k] = p
-            caps[k] = inf
-            k += 1
-    if use_extra:
-        tails[k] = eb
-        heads[k] = ea
-        caps[k] = inf
-        k += 1
-    return tails[:k], heads[:k], caps[:k], w_pin, neg_free, free, clash
 
 
 @dataclass(frozen=True, eq=False)
@@ -224,7 +174,7 @@ def _net(dag: SignedDAG) -> _Net:
     else:
         e = np.zeros((0, 2), np.int64)
         r = e
-    anc = _ancestor_matrix(np.asarray(dag.topological_order(), np.int64), dag.pred_ptr, dag.pred_idx, n)
+    anc = ancestor_matrix(dag)
     w = np.asarray(dag.delta, np.int64)
     inf = int(np.abs(w).sum()) + 1
     net = _Net(n=n, w=w, wr=-w, t=np.asarray(dag.transient, np.int64), base=int(dag.base),
@@ -306,7 +256,7 @@ def _arcs(net: _Net, v: int, force_in=(), force_out=(), reverse: bool = False, e
             pout[b] = True
     w = net.wr if reverse else net.w
     ea, eb = (int(extra[0]), int(extra[1])) if extra else (-1, -1)
-    tails, heads, caps, w_pin, neg_free, free, clash = _network_kernel(pin, pout, w, edges, ea, eb, net.inf)
+    tails, heads, caps, w_pin, neg_free, free, clash = _jit.choose(picard_network, net.n)(pin, pout, w, edges, ea, eb, net.inf)
     if clash:
         return None
     base = net.end if reverse else net.base
@@ -318,7 +268,8 @@ def _arcs(net: _Net, v: int, force_in=(), force_out=(), reverse: bool = False, e
 
 def _solve(net: _Net, v: int, force_in=(), force_out=(), reverse: bool = False, *, flow: bool = False,
            extra: tuple = ()) -> _Cut | None:
-    assert not (extra and reverse)
+    if extra and reverse:
+        raise InternalError("trap-extra-edge", "a hypothesised edge is only defined for the forward program")
     built = _arcs(net, v, force_in, force_out, reverse, extra)
     if built is None:
         return None
@@ -328,24 +279,19 @@ def _solve(net: _Net, v: int, force_in=(), force_out=(), reverse: bool = False, 
     ideal = pin.copy()
     if caps.size and not np.any(heads == n + 1):
         # no free allocation: nothing to pay, every free node may run first (J = F, cut 0).
-        # (OR-Tools reports an empty source side when the sink has no arc, so decide here.)
+        # (a max flow of 0 leaves no side to read the ideal from, so decide here.)
         value = 0
         ideal |= free
         if flow:
             flows = np.zeros(caps.size, np.int64)
     elif caps.size:
-        smf = max_flow.SimpleMaxFlow()
-        arcs = smf.add_arcs_with_capacity(tails, heads, caps)
-        status = smf.solve(n, n + 1)
-        if status != max_flow.SimpleMaxFlow.OPTIMAL:  # pragma: no cover - capacities are bounded by `inf`
-            raise RuntimeError(f"max flow failed with status {status}")
-        value = int(smf.optimal_flow())
+        value, arc_flows, side = max_flow(n + 2, n, n + 1, tails, heads, caps)
+        if value >= net.inf:
+            raise InternalError("finite-cut", f"the closure network of node {v} has no finite cut")
         if flow:
-            flows = np.asarray(smf.flows(arcs), np.int64)
+            flows = arc_flows
         if not reverse:
-            side = np.asarray(smf.get_source_side_min_cut(), np.int64)
-            side = side[side < n]
-            ideal[side] = True
+            ideal[:n] |= side[:n]
     else:
         value = 0
         if flow:
@@ -378,7 +324,7 @@ def _cheap_estimates(net: _Net, reverse: bool = False):
     """
     if not net.n:
         return np.zeros(0, np.int64)
-    w_anc, w_desc = _closure_sums(net.anc, net.w)
+    w_anc, w_desc = _jit.choose(_closure_sums, net.n)(net.anc, net.w)
     nothing = net.base + w_anc + net.w + net.t
     everything = net.end - w_desc + net.t
     return np.minimum(nothing, everything)
@@ -687,8 +633,9 @@ def simple_dag_bounds(dag) -> list[Bound]:
 
 def _node_relaxation(net: _Net) -> np.ndarray:
     neg = np.minimum(net.w, 0)
-    wanc, _ = _closure_sums(net.anc, net.w)
-    neg_anc, neg_desc = _closure_sums(net.anc, neg)
+    closure_sums = _jit.choose(_closure_sums, net.n)
+    wanc, _ = closure_sums(net.anc, net.w)
+    neg_anc, neg_desc = closure_sums(net.anc, neg)
     neg_free = neg.sum() - neg_anc - neg_desc - neg
     return net.base + wanc + neg_free + net.w + net.t
 

@@ -1,12 +1,14 @@
-"""Compiled inner loops shared by the core (numba, cached on disk)."""
+"""Compiled inner loops shared by the core (numba, cached on disk; pure Python on small
+instances, see :mod:`memopt._jit`: call them through ``_jit.choose(kernel, size)``)."""
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
+from memopt._jit import kernel
 
-@numba.njit(cache=True)
+
+@kernel(pure_max=2000)
 def kahn_order(succ_ptr, succ_idx, indeg):
     """Kahn's topological order, popping the smallest ready index first (a binary heap).
 
@@ -59,7 +61,7 @@ def kahn_order(succ_ptr, succ_idx, indeg):
     return order[:k]
 
 
-@numba.njit(cache=True)
+@kernel(pure_max=2000)
 def segment_max(values, ptr, empty):
     """Max of ``values[ptr[i]:ptr[i+1]]`` for every segment, ``empty`` where it has none."""
     n = ptr.shape[0] - 1
@@ -73,7 +75,7 @@ def segment_max(values, ptr, empty):
     return out
 
 
-@numba.njit(cache=True)
+@kernel(pure_max=2000)
 def complete_with_releases(succ_ptr, succ_idx, indeg, is_release, alloc_order):
     """Insert every release node as soon as it is ready around ``alloc_order``.
 
@@ -137,7 +139,7 @@ def complete_with_releases(succ_ptr, succ_idx, indeg, is_release, alloc_order):
     return out
 
 
-@numba.njit(cache=True)
+@kernel(pure_max=2000)
 def csr_from_pairs(rows, cols, nrows):
     """CSR (ptr, idx) of the pairs (rows[k], cols[k]) by a stable counting sort, O(n + m)."""
     m = rows.shape[0]
@@ -155,7 +157,7 @@ def csr_from_pairs(rows, cols, nrows):
     return ptr, idx
 
 
-@numba.njit(cache=True)
+@kernel(pure_max=2000)
 def dedupe_csr_rows(ptr, idx, ncols):
     """Drop repeated columns within each CSR row (first occurrence kept), O(n + m)."""
     n = ptr.shape[0] - 1

@@ -19,7 +19,6 @@ from typing import Sequence
 
 import numpy as np
 
-from memopt.core._kernels import segment_max
 from memopt.core.tensor_graph import TensorGraph
 from memopt.errors import ScheduleError
 
@@ -96,7 +95,10 @@ def memory_profile(graph: TensorGraph, order: Sequence, *, validate: bool = True
     prod = graph.tensor_producer
     alloc = np.full(prod.shape[0], -1, np.int64)
     alloc[prod >= 0] = pos[prod[prod >= 0]]
-    last_use = segment_max(pos[graph.cons_idx], graph.cons_ptr, np.int64(-2))
+    from memopt import _jit
+    from memopt.core._kernels import segment_max
+
+    last_use = _jit.choose(segment_max, n)(pos[graph.cons_idx], graph.cons_ptr, np.int64(-2))
     # a tensor with no consumer dies with its producer's step (inputs: at the start)
     free = np.where(last_use >= -1, last_use, alloc)
     keep = graph.tensor_output

@@ -26,7 +26,31 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 
 from memopt.core.signed_dag import SignedDAG, dag_peak
+from memopt.core.tensor_graph import MAX_TOTAL_BYTES, show_value
 from memopt.errors import GraphError, ScheduleError
+
+
+def _check_name(name, what: str) -> None:
+    if not isinstance(name, str):
+        raise GraphError(f"{what} must be a string, got {show_value(name)}")
+
+
+def _byte_count(size, what: str) -> int:
+    """``size`` as a Python int in ``[0, 2**62)``; a GraphError naming ``what`` otherwise."""
+    if isinstance(size, np.generic):
+        size = size.item()
+    if isinstance(size, bool) or not isinstance(size, (int, float)):
+        raise GraphError(f"{what} is not a number: {show_value(size)}")
+    if isinstance(size, float):
+        if not (size == size and abs(size) != float("inf") and size.is_integer()):
+            raise GraphError(f"{what} is not a whole number of bytes: {show_value(size)}")
+        if abs(size) < MAX_TOTAL_BYTES:
+            size = int(size)
+    if size < 0:
+        raise GraphError(f"{what} is negative: {show_value(size)}")
+    if size >= MAX_TOTAL_BYTES:
+        raise GraphError(f"{what} is {show_value(size)} bytes, beyond memopt's exact limit of 2**62")
+    return size
 
 
 @dataclass(frozen=True)
@@ -52,47 +76,76 @@ class Program:
     name: str = ""
 
     def __init__(self, statements: Iterable[Statement], inputs: Mapping[str, int] | None = None, name: str = ""):
-        object.__setattr__(self, "statements", tuple(statements))
-        object.__setattr__(self, "inputs", dict(inputs or {}))
+        try:
+            object.__setattr__(self, "statements", tuple(statements))
+            object.__setattr__(self, "inputs", dict(inputs or {}))
+        except (TypeError, ValueError):
+            raise GraphError("a program needs an iterable of statements and a mapping of input "
+                             "buffer sizes") from None
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "_dag", None)
         self._validate()
 
     def _validate(self) -> None:
+        """Check names, byte counts and buffer lifetimes; every error names the statement.
+
+        Byte counts are whole numbers in ``[0, 2**62)``, and so is the program's total (every
+        input and allocation size plus the largest transient), so that every int64 sum over
+        the program is exact."""
         names: set[str] = set()
+        if not isinstance(self.inputs, dict):
+            raise GraphError("program inputs must map buffer names to sizes")
+        inputs = {}
         for b, size in self.inputs.items():
-            if int(size) != size or size < 0:
-                raise GraphError(f"input buffer {b!r} has an invalid size: {size!r}")
-        live: dict[str, int] = dict(self.inputs)
-        ever: set[str] = set(self.inputs)
+            _check_name(b, "input buffer name")
+            inputs[b] = _byte_count(size, f"input buffer {b!r} size")
+        object.__setattr__(self, "inputs", inputs)
+        total = sum(inputs.values())
+        max_transient = 0
+        live: dict[str, int] = dict(inputs)
+        ever: set[str] = set(inputs)
         freed_bytes: list[int] = []  # per statement: the sizes of the live buffers it frees
         for s in self.statements:
+            if not isinstance(s, Statement):
+                raise GraphError(f"program statements must be Statement records, got {type(s).__name__}")
+            _check_name(s.name, "statement name")
             if s.name in names:
                 raise GraphError(f"statement {s.name!r} is declared twice")
             names.add(s.name)
-            if int(s.transient) != s.transient:
-                raise GraphError(f"statement {s.name!r} has a non-integer transient byte count: {s.transient!r}")
-            if s.transient < 0:
-                raise GraphError(f"statement {s.name!r} has negative transient bytes: {s.transient!r}")
+            for what in ("allocs", "frees", "reads", "writes"):
+                if not isinstance(getattr(s, what), (tuple, list)):
+                    raise GraphError(f"statement {s.name!r}: {what} must be a tuple, got "
+                                     f"{type(getattr(s, what)).__name__}")
+            for b in list(s.frees) + list(s.reads) + list(s.writes):
+                _check_name(b, f"statement {s.name!r}: buffer name")
+            for a in s.allocs:
+                if not (isinstance(a, (tuple, list)) and len(a) == 2):
+                    raise GraphError(f"statement {s.name!r}: each alloc must be a (buffer, bytes) pair, "
+                                     f"got {show_value(a)}")
+                _check_name(a[0], f"statement {s.name!r}: buffer name")
+            transient = _byte_count(s.transient, f"statement {s.name!r} transient bytes")
+            max_transient = max(max_transient, transient)
             own = {b for b, _ in s.allocs}  # a statement may allocate what it writes
             for b in list(s.reads) + list(s.writes):
                 if b not in live and b in ever and b not in own:
                     raise GraphError(f"statement {s.name!r} uses buffer {b!r} after it was freed")
             for b, size in s.allocs:
-                if int(size) != size:
-                    raise GraphError(f"statement {s.name!r} allocates buffer {b!r} with a non-integer size {size!r}")
-                if size < 0:
-                    raise GraphError(f"statement {s.name!r} allocates buffer {b!r} with a negative size {size!r}")
+                size = _byte_count(size, f"statement {s.name!r} allocates buffer {b!r} with a size that")
                 if b in live:
                     raise GraphError(f"statement {s.name!r} allocates buffer {b!r}, which is already live")
-                live[b] = int(size)
+                live[b] = size
                 ever.add(b)
+                total += size
             freed = 0
             for b in s.frees:
                 if b not in live:
                     raise GraphError(f"statement {s.name!r} frees buffer {b!r}, which is not live")
                 freed += live.pop(b)
             freed_bytes.append(freed)
+        if total + max_transient >= MAX_TOTAL_BYTES:
+            raise GraphError(f"the program's input and allocation sizes add up to {show_value(total)} bytes "
+                             f"(plus the largest transient, {max_transient}): beyond memopt's exact limit "
+                             "of 2**62 for a program's total")
         # a buffer name may be allocated again after a free: each free releases the size of
         # the allocation it ends, which the dependency edges keep in program order
         object.__setattr__(self, "_freed_bytes", tuple(freed_bytes))

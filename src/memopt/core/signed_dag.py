@@ -102,11 +102,12 @@ class SignedDAG:
 
     def topological_order(self) -> np.ndarray:
         if "topo" not in self._cache:
+            from memopt import _jit
             from memopt.core._kernels import kahn_order
             from memopt.core.tensor_graph import _find_cycle
 
             indeg = np.diff(self.pred_ptr).astype(np.int64)
-            order = kahn_order(self.succ_ptr, self.succ_idx, indeg)
+            order = _jit.choose(kahn_order, self.n)(self.succ_ptr, self.succ_idx, indeg)
             if order.shape[0] < self.n:
                 cyc = _find_cycle(self.pred_ptr, self.pred_idx, order, self.n)
                 raise GraphError("cycle among nodes: " + " <- ".join(repr(self.names[i]) for i in cyc))
@@ -165,10 +166,11 @@ def complete_order(dag: SignedDAG, alloc_order: Sequence[int]) -> np.ndarray:
     ``alloc_order`` lists the non-release nodes (releases inside it are accepted and kept in
     place). Raises :class:`ScheduleError` when it is not consistent with the edges.
     """
+    from memopt import _jit
     from memopt.core._kernels import complete_with_releases
 
     idx = np.asarray(alloc_order, dtype=np.int64).reshape(-1)
-    out = complete_with_releases(dag.succ_ptr, dag.succ_idx, np.diff(dag.pred_ptr).astype(np.int64),
+    out = _jit.choose(complete_with_releases, dag.n)(dag.succ_ptr, dag.succ_idx, np.diff(dag.pred_ptr).astype(np.int64),
                                  dag.is_release, idx)
     if out.size and out[0] == -1:
         v = int(out[1])
@@ -244,11 +246,12 @@ def dag_order_from_op_order(gd: GraphDAG, op_order: Sequence[int]) -> np.ndarray
     pos[ops] = np.arange(n, dtype=np.int64)
     rel = np.arange(n, dag.n, dtype=np.int64)
     cnt = np.diff(dag.pred_ptr)[rel]
+    from memopt import _jit
     from memopt.core._kernels import segment_max
 
     sub_ptr = np.concatenate([[0], np.cumsum(cnt)]).astype(np.int64)
     preds = dag.pred_idx[np.concatenate([np.arange(dag.pred_ptr[v], dag.pred_ptr[v + 1]) for v in rel])] if rel.size else np.zeros(0, np.int64)
-    when = segment_max(pos[preds], sub_ptr, np.int64(-1))
+    when = _jit.choose(segment_max, dag.n)(pos[preds], sub_ptr, np.int64(-1))
     # sort key: ops at 2*pos+1, releases at 2*when+2 (after their last op), ready-at-start at 0
     key = np.concatenate([2 * pos[np.arange(n)] + 1, 2 * when + 2])
     return np.argsort(key, kind="stable").astype(np.int64)

@@ -56,9 +56,10 @@ class Op:
 
 def _csr(rows: np.ndarray, cols: np.ndarray, nrows: int) -> tuple[np.ndarray, np.ndarray]:
     """CSR (ptr, idx) of the pairs (rows[i], cols[i]), stable in input order within a row."""
+    from memopt import _jit
     from memopt.core._kernels import csr_from_pairs
 
-    return csr_from_pairs(np.ascontiguousarray(rows, dtype=np.int64),
+    return _jit.choose(csr_from_pairs, int(nrows))(np.ascontiguousarray(rows, dtype=np.int64),
                           np.ascontiguousarray(cols, dtype=np.int64), int(nrows))
 
 
@@ -70,24 +71,47 @@ def unique_sorted(keys: np.ndarray) -> np.ndarray:
     return k
 
 
+def show_value(x) -> str:
+    """A short text for a value in a message: Python numbers (never ``np.int64(3)``), and
+    no 5000-digit integers."""
+    if isinstance(x, np.generic):
+        x = x.item()
+    if isinstance(x, bool):
+        return repr(x)
+    if isinstance(x, int):
+        if abs(x) < 10**20:
+            return str(x)
+        if abs(x).bit_length() > 1000:
+            return f"an integer of about {int(abs(x).bit_length() * 0.30103) + 1} digits"
+        return f"{float(x):.3e}"
+    if isinstance(x, float):
+        return repr(x)
+    text = repr(x)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _check_int_array(values, what: str, names: Sequence[str] | None) -> np.ndarray:
     """int64 array of byte counts; an error names the first item that is not a whole number
     of bytes in ``[0, 2**62)``."""
-    arr = np.asarray(values)
-
     def label(k: int) -> str:
         return repr(names[k]) if names is not None else str(k)
 
-    if arr.dtype.kind in "fO" or arr.dtype.kind == "u":
-        for k, x in enumerate(arr.reshape(-1).tolist()):
+    try:
+        arr = np.asarray(values)
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise GraphError(f"{what} values are not an array of numbers ({type(exc).__name__})") from None
+    if arr.ndim != 1:
+        raise GraphError(f"{what} must be a flat list of numbers (got shape {arr.shape})")
+    if arr.dtype.kind in "fOU" or arr.dtype.kind == "u" or arr.dtype.kind == "S":
+        for k, x in enumerate(arr.tolist()):
             if isinstance(x, bool) or not isinstance(x, (int, float)):
-                raise GraphError(f"{what} of {label(k)} is not a number: {x!r}")
+                raise GraphError(f"{what} of {label(k)} is not a number: {show_value(x)}")
             if isinstance(x, float) and not (x == x and abs(x) != float("inf") and x.is_integer()):
-                raise GraphError(f"{what} of {label(k)} is not an integer number of bytes: {x!r}")
+                raise GraphError(f"{what} of {label(k)} is not an integer number of bytes: {show_value(x)}")
             if x < 0:
-                raise GraphError(f"{what} of {label(k)} is negative: {x!r}")
+                raise GraphError(f"{what} of {label(k)} is negative: {show_value(x)}")
             if x >= MAX_TOTAL_BYTES:
-                raise GraphError(f"{what} of {label(k)} is {int(x)} bytes, beyond memopt's exact limit of 2**62")
+                raise GraphError(f"{what} of {label(k)} is {show_value(x)} bytes, beyond memopt's exact limit of 2**62")
     elif arr.dtype.kind not in "ib" and arr.size:
         raise GraphError(f"{what} must be integers, got {arr.dtype}")
     arr = arr.astype(np.int64)
@@ -98,6 +122,25 @@ def _check_int_array(values, what: str, names: Sequence[str] | None) -> np.ndarr
     if big.size:
         raise GraphError(f"{what} of {label(int(big[0]))} is {int(arr[big[0]])} bytes, beyond memopt's exact limit of 2**62")
     return arr
+
+
+def _check_costs(values, names: Sequence[str] | None) -> np.ndarray:
+    """float64 compute costs, each finite and in ``[0, 2**62)``; an error names the op."""
+    try:
+        cost = np.asarray(values, dtype=np.float64)
+    except (ValueError, TypeError, OverflowError):
+        cost = None
+    if cost is None or cost.ndim != 1:
+        for k, c in enumerate(list(values)):
+            if isinstance(c, bool) or not isinstance(c, (int, float, np.number)):
+                raise GraphError(f"compute cost of op {(names[k] if names else k)!r} is not a number: {show_value(c)}")
+        raise GraphError("op_cost must be a flat list of numbers")
+    bad = ~np.isfinite(cost) | (cost < 0) | (cost >= MAX_TOTAL_BYTES)
+    if cost.size and bad.any():
+        k = int(np.flatnonzero(bad)[0])
+        raise GraphError(f"compute cost of op {(names[k] if names else k)!r} must be finite, >= 0 and below "
+                         f"2**62, got {show_value(float(cost[k]))}")
+    return cost
 
 
 def exact_total(arr: np.ndarray) -> int:
@@ -233,12 +276,16 @@ class TensorGraph:
         out = np.zeros(T, bool) if tensor_output is None else np.asarray(tensor_output, dtype=bool)
         res = np.zeros(T, bool) if tensor_resident is None else np.asarray(tensor_resident, dtype=bool)
         ws = np.zeros(num_ops, np.int64) if op_workspace is None else _check_int_array(op_workspace, "workspace", onames)
-        cost = np.zeros(num_ops, np.float64) if op_cost is None else np.asarray(op_cost, dtype=np.float64)
-        if cost.size and (not np.all(np.isfinite(cost)) or np.any(cost < 0)):
-            k = int(np.flatnonzero(~np.isfinite(cost) | (cost < 0))[0])
-            raise GraphError(f"compute cost of op {(onames[k] if onames else k)!r} is negative or not finite: {cost[k]!r}")
-        if exact_total(size) + int(ws.max(initial=0)) >= MAX_TOTAL_BYTES:
-            raise GraphError("total tensor bytes exceed 2**62; memopt's exact int64 arithmetic cannot hold them")
+        cost = np.zeros(num_ops, np.float64) if op_cost is None else _check_costs(op_cost, onames)
+        if ws.shape != (num_ops,) or cost.shape != (num_ops,):
+            raise GraphError("op_workspace and op_cost must have one entry per op")
+        if out.shape != (T,) or res.shape != (T,):
+            raise GraphError("tensor_output and tensor_resident must have one entry per tensor")
+        total = exact_total(size) + int(ws.max(initial=0))
+        if total >= MAX_TOTAL_BYTES:
+            raise GraphError(f"the tensor sizes add up to {show_value(exact_total(size))} bytes (plus the largest "
+                             f"workspace, {int(ws.max(initial=0))}): beyond memopt's exact limit of 2**62 "
+                             "for a graph's total")
         bad = np.flatnonzero(res & (producer >= 0))
         if bad.size:
             t = int(bad[0])
@@ -255,9 +302,10 @@ class TensorGraph:
         op_out_ptr, op_out_idx = _csr(producer[produced], produced, num_ops)
         op_in_ptr, op_in_idx = _csr(in_ops, in_ts, num_ops)
         # an op reading a tensor twice is one dependency
+        from memopt import _jit
         from memopt.core._kernels import dedupe_csr_rows
 
-        op_in_ptr, op_in_idx = dedupe_csr_rows(op_in_ptr, op_in_idx, T)
+        op_in_ptr, op_in_idx = _jit.choose(dedupe_csr_rows, num_ops)(op_in_ptr, op_in_idx, T)
         cons_ptr, cons_idx = _csr(in_ts, in_ops, T) if op_in_idx.shape[0] == in_ts.shape[0] else \
             _csr(op_in_idx, np.repeat(np.arange(num_ops, dtype=np.int64), np.diff(op_in_ptr)), T)
         g = cls(
@@ -355,12 +403,13 @@ class TensorGraph:
     def topological_order(self) -> np.ndarray:
         """Kahn's order (smallest index first among ready ops); raises GraphError on a cycle."""
         if "topo" not in self._cache:
+            from memopt import _jit
             from memopt.core._kernels import kahn_order
 
             ptr, idx = self.op_successors()
             s, d = self.op_edges()
             indeg = np.bincount(d, minlength=self.num_ops).astype(np.int64)
-            order = kahn_order(ptr, idx, indeg)
+            order = _jit.choose(kahn_order, self.num_ops)(ptr, idx, indeg)
             if order.shape[0] < self.num_ops:
                 pptr, pidx = self.op_predecessors()
                 cycle = _find_cycle(pptr, pidx, order, self.num_ops)

@@ -11,8 +11,6 @@ from memopt.dtr.simulator import (Baseline, Eviction, OOMInfo, Remat, ReplayLog,
                                   baseline, replay, replay_ratio)
 from memopt.dtr.trace import Trace, load_trace
 
-from memopt.dtr import cli  # noqa: F401,E402  (sub-command registration)
-
 __all__ = ["HEURISTICS", "Heuristic", "StorageView", "Trace", "load_trace", "baseline",
            "replay", "replay_ratio", "Baseline", "ReplayResult", "ReplayLog", "Eviction",
            "Remat", "OOMInfo"]

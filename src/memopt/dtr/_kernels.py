@@ -53,6 +53,7 @@ ERR_EVICT_LOCKED = 3
 ERR_ECN = 4
 ERR_POOL = 5
 ERR_REBUILD = 6
+ERR_OVERFLOW = 7   # not simrd's: the clock would leave int64 (memopt refuses, never wraps)
 
 # heuristic codes
 H_DTR = 0
@@ -110,6 +111,7 @@ EV_EVICT = 0
 EV_REMAT = 1
 
 LA_NEG_INF = np.iinfo(np.int64).min
+INT64_MAX = np.iinfo(np.int64).max
 TWO53 = 1 << 53
 
 
@@ -723,6 +725,12 @@ def run(pa, sc,
                     rs_buf[nrs] = us          # simrd's remat_storages
                     nrs += 1
         cost = op_cost[op]
+        if cost > INT64_MAX - sc[SC_CLOCK]:
+            # checked sum: rematerializations pushed the clock past int64
+            sc[SC_ERR] = ERR_OVERFLOW
+            sc[SC_ERR_ARG] = t_storage[t]
+            sc[SC_STATUS] = ST_ERROR
+            return ST_ERROR
         sc[SC_CLOCK] += cost
         sc[SC_MEM] += total
         if sc[SC_MEM] > sc[SC_MAXMEM]:

@@ -37,12 +37,13 @@ import dataclasses
 import os
 from collections import Counter
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
-from memopt.errors import MemoptError
+from memopt.errors import OptionError
 from memopt.dtr.sweep import (
+    MAX_RATIO,
     cached_trace,
     check_heuristic,
     check_trace_path,
@@ -84,6 +85,16 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+def _from_dict(cls, doc, what: str, build):
+    """``build(doc)``, with a malformed ``doc`` reported as a FormatError naming ``what``."""
+    try:
+        return build(doc)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        from memopt.errors import FormatError
+
+        raise FormatError(f"not a DTR {what}: {type(exc).__name__}: {exc}") from None
+
+
 @dataclass(frozen=True)
 class RunSummary:
     """The outcome of one of the two replays."""
@@ -99,6 +110,13 @@ class RunSummary:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, doc: dict) -> "RunSummary":
+        return _from_dict(cls, doc, "run summary", lambda d: cls(
+            ratio=float(d["ratio"]), budget=int(d["budget"]), status=str(d["status"]), clock=int(d["clock"]),
+            remat_compute=int(d["remat_compute"]), max_memory=int(d["max_memory"]),
+            evictions=int(d["evictions"]), remats=int(d["remats"])))
 
 
 @dataclass(frozen=True)
@@ -118,6 +136,11 @@ class Divergence:
 
     def to_dict(self) -> dict:
         return {"index": self.index, "kind": self.kind, "fail": self.fail, "pass": self.pass_}
+
+    @classmethod
+    def from_dict(cls, doc: dict) -> "Divergence":
+        return _from_dict(cls, doc, "divergence", lambda d: cls(
+            index=int(d["index"]), kind=str(d["kind"]), fail=d.get("fail"), pass_=d.get("pass")))
 
 
 @dataclass(frozen=True)
@@ -143,6 +166,17 @@ class Counterfactual:
         out["keep_resident"] = list(self.keep_resident)
         out["resolved"] = self.resolved
         return out
+
+    @classmethod
+    def from_dict(cls, doc: dict) -> "Counterfactual":
+        def build(d):
+            opt = {k: d.get(k) for k in ("oom_instruction", "oom_short")}
+            return cls(keep_resident=tuple(str(t) for t in d["keep_resident"]), status=str(d["status"]),
+                       clock=int(d["clock"]), remat_compute=int(d["remat_compute"]),
+                       max_memory=int(d["max_memory"]), oom_op=d.get("oom_op"),
+                       **{k: None if v is None else int(v) for k, v in opt.items()})
+
+        return _from_dict(cls, doc, "counterfactual", build)
 
 
 @dataclass(frozen=True)
@@ -189,6 +223,24 @@ class Explanation:
                 self.divergence_counterfactual.to_dict() if self.divergence_counterfactual else None
             ),
         }
+
+    @classmethod
+    def from_dict(cls, doc: dict) -> "Explanation":
+        """Inverse of :meth:`to_dict` (``resolving_singles`` is derived, so it is not read back)."""
+        def opt(kind, value):
+            return None if value is None else kind.from_dict(value)
+
+        return _from_dict(cls, doc, "explanation", lambda d: cls(
+            trace=str(d["trace"]), heuristic=str(d["heuristic"]),
+            overhead_limit=None if d.get("overhead_limit") is None else float(d["overhead_limit"]),
+            fail=RunSummary.from_dict(d["fail"]), pass_=RunSummary.from_dict(d["pass"]),
+            divergence=opt(Divergence, d.get("divergence")),
+            choice_divergence=opt(Divergence, d.get("choice_divergence")), oom=d.get("oom"),
+            implicated=tuple(str(t) for t in d.get("implicated", ())),
+            implicated_reason=str(d.get("implicated_reason", "")),
+            counterfactual=opt(Counterfactual, d.get("counterfactual")),
+            single_counterfactuals=tuple(Counterfactual.from_dict(c) for c in d.get("single_counterfactuals", ())),
+            divergence_counterfactual=opt(Counterfactual, d.get("divergence_counterfactual"))))
 
     def to_text(self) -> str:
         return format_explanation(self)
@@ -284,7 +336,7 @@ def explain(
 ) -> Explanation:
     """Diagnose why ``trace_path`` fails at ``fail_ratio`` but passes at ``pass_ratio``.
 
-    Raises :class:`MemoptError` if the first ratio does not fail or the second does not
+    Raises :class:`OptionError` if the first ratio does not fail or the second does not
     pass. ``singles`` bounds the replays of the failing budget that keep one implicated
     tensor alone resident (all of them if there are at most ``singles``, else an evenly
     spaced sample along the cascade; 0 = none).
@@ -294,18 +346,21 @@ def explain(
     path = check_trace_path(trace_path)
     check_heuristic(heuristic)
     trace, base = cached_trace(path)
-    f_ratio, p_ratio = Decimal(str(fail_ratio)), Decimal(str(pass_ratio))
+    try:
+        f_ratio, p_ratio = Decimal(str(fail_ratio)), Decimal(str(pass_ratio))
+    except (InvalidOperation, TypeError):
+        raise OptionError(f"ratios must be numbers, got {fail_ratio!r} and {pass_ratio!r}") from None
     for label, r in (("--fail", f_ratio), ("--pass", p_ratio)):
-        if not r.is_finite() or r <= 0:
-            raise MemoptError(f"{label} ratio must be > 0, got {r}")
+        if not r.is_finite() or r <= 0 or r > MAX_RATIO:
+            raise OptionError(f"{label} ratio must be a finite number in (0, {MAX_RATIO}], got {r}")
     f_budget = ratio_budget(f_ratio, base.peak)
     p_budget = ratio_budget(p_ratio, base.peak)
     failed = replay(trace, f_budget, heuristic, overhead_limit=overhead_limit, record=True)
     passed = replay(trace, p_budget, heuristic, overhead_limit=overhead_limit, record=True)
     if failed.status == "pass":
-        raise MemoptError(f"ratio {f_ratio} (budget {f_budget}) does not fail: status pass")
+        raise OptionError(f"ratio {f_ratio} (budget {f_budget}) does not fail: status pass")
     if passed.status != "pass":
-        raise MemoptError(f"ratio {p_ratio} (budget {p_budget}) does not pass: status {passed.status}")
+        raise OptionError(f"ratio {p_ratio} (budget {p_budget}) does not pass: status {passed.status}")
 
     fail_evs = [_as_dict(e) for e in failed.log.evictions]
     pass_evs = [_as_dict(e) for e in passed.log.evictions]

@@ -22,7 +22,7 @@ outcome. Results equal simrd's field by field: ``status``, ``clock`` (starts at 
 
 When simrd itself would stop on a failed assertion (its incremental regions can go
 stale on unusual logs, e.g. an absorb into a region whose frontier lacks the evicted
-storage), :func:`replay` raises :class:`memopt.errors.MemoptError` saying so, at the
+storage), :func:`replay` raises :class:`memopt.errors.FormatError` saying so, at the
 same point of the run; it never returns an outcome simrd could not have produced.
 """
 
@@ -37,12 +37,60 @@ from memopt.dtr import _kernels as K
 from memopt.dtr.heuristics import (FEATURE_EQCLASS, FEATURE_REGIONS, Heuristic, StorageView,
                                    resolve_heuristic)
 from memopt.dtr.trace import SCHED_COMPUTE, SCHED_GET, SCHED_RELEASE, Trace, load_trace
-from memopt.errors import MemoptError
+from memopt.errors import FormatError, OptionError
 
 __all__ = ["Baseline", "ReplayResult", "ReplayLog", "Eviction", "Remat", "OOMInfo",
            "baseline", "replay", "replay_ratio"]
 
 _INT64_MAX = np.iinfo(np.int64).max
+#: Budgets are byte counts below 2**62, like every size (docs/formats.md, "Limits").
+MAX_BUDGET = 2**62
+
+
+def _number(value, what: str) -> float | int:
+    """``value`` as a Python number; an :class:`OptionError` naming ``what`` otherwise."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise OptionError(f"{what} must be a number, got {type(value).__name__} {_show(value)}")
+    if isinstance(value, float) and math.isnan(value):
+        raise OptionError(f"{what} must be a number, got nan")
+    return value
+
+
+def _show(value) -> str:
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**20:
+        return f"{float(value):.3e}" if value.bit_length() < 1000 else "a huge integer"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _check_budget(budget, what: str = "budget") -> int:
+    budget = _number(budget, what)
+    if isinstance(budget, float):
+        if not math.isfinite(budget):
+            raise OptionError(f"{what} must be a finite number of bytes, got {_show(budget)}")
+        if budget >= MAX_BUDGET:
+            raise OptionError(f"{what} {_show(budget)} is beyond memopt's exact limit of 2**62 bytes")
+        budget = int(budget)   # simrd's int(): a fractional budget is truncated
+    if budget < 0:
+        raise OptionError(f"negative {what} {_show(budget)}")
+    if budget >= MAX_BUDGET:
+        raise OptionError(f"{what} {_show(budget)} is beyond memopt's exact limit of 2**62 bytes")
+    return budget
+
+
+def _check_trace_limits(trace: Trace) -> None:
+    """A trace built by :func:`load_trace` holds these already; re-checked for any other
+    :class:`Trace` so that no int64 sum of the replay can wrap around."""
+    if sum(trace.s_size.tolist()) >= 2**62 or int(trace.s_size.min(initial=0)) < 0:
+        raise FormatError(f"{trace.name}: the storage sizes add up to 2**62 bytes or more, beyond "
+                          "memopt's exact limit (live bytes must fit in int64)")
+    if sum(c * n for c, n in zip(trace.op_cost.tolist(), trace.op_nout.tolist())) >= 2**60 or int(trace.op_cost.min(initial=0)) < 0:
+        raise FormatError(f"{trace.name}: the operator costs add up to 2**60 or more, beyond "
+                          "memopt's exact limit")
 
 
 @dataclass(frozen=True)
@@ -52,6 +100,19 @@ class Baseline:
     peak: int       # max_memory (bytes)
     compute: int    # model_compute (sum of operator costs)
     const_memory: int  # bytes of constants (simrd's model_const_memory)
+
+    def to_dict(self) -> dict:
+        return {"peak": self.peak, "compute": self.compute, "const_memory": self.const_memory}
+
+    @classmethod
+    def from_dict(cls, doc: dict) -> "Baseline":
+        """Inverse of :meth:`to_dict`."""
+        try:
+            return cls(peak=int(doc["peak"]), compute=int(doc["compute"]), const_memory=int(doc["const_memory"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            from memopt.errors import FormatError
+
+            raise FormatError(f"not a DTR baseline: {type(exc).__name__}: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -152,6 +213,23 @@ class ReplayResult:
             "heuristic_evals": self.heuristic_evals,
         }
 
+    @classmethod
+    def from_dict(cls, doc: dict) -> "ReplayResult":
+        """Inverse of :meth:`to_dict` (the replay log is not part of it)."""
+        try:
+            limit, ratio = doc.get("overhead_limit"), doc.get("ratio")
+            return cls(status=str(doc["status"]), budget=int(doc["budget"]),
+                       baseline_peak=int(doc["baseline_peak"]), baseline_compute=int(doc["baseline_compute"]),
+                       clock=int(doc["clock"]), model_compute=int(doc["model_compute"]),
+                       remat_compute=int(doc["remat_compute"]), max_memory=int(doc["max_memory"]),
+                       heuristic_evals=int(doc["heuristic_evals"]), heuristic=str(doc.get("heuristic", "dtr")),
+                       overhead_limit=None if limit is None else float(limit),
+                       ratio=None if ratio is None else float(ratio))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            from memopt.errors import FormatError
+
+            raise FormatError(f"not a DTR replay result: {type(exc).__name__}: {exc}") from None
+
 
 def _as_trace(trace) -> Trace:
     return trace if isinstance(trace, Trace) else load_trace(trace)
@@ -162,6 +240,7 @@ def baseline(trace) -> Baseline:
     trace = _as_trace(trace)
     if trace._baseline is not None:
         return trace._baseline
+    _check_trace_limits(trace)
     kind, arg = trace.sched_kind.tolist(), trace.sched_arg.tolist()
     t_storage = trace.t_storage.tolist()
     s_size = trace.s_size.tolist()
@@ -370,7 +449,7 @@ class _State:
             if cost == 0:
                 break
         if best < 0:
-            raise MemoptError(f"heuristic {self.heur.name} gave no comparable score "
+            raise OptionError(f"heuristic {self.heur.name} gave no comparable score "
                               "(NaN for every storage)")
         self.sc[K.SC_EVALS] += evals
         self.sc[K.SC_VICTIM] = best
@@ -417,15 +496,17 @@ def replay(trace, budget: int, heuristic="dtr", *, overhead_limit: float | None 
     trace = _as_trace(trace)
     heur = resolve_heuristic(heuristic)
     base = baseline(trace)
-    budget = int(budget)
-    if budget < 0:
-        raise MemoptError(f"negative budget {budget}")
-    if overhead_limit is None:
+    budget = _check_budget(budget)
+    if overhead_limit is not None:
+        overhead_limit = _number(overhead_limit, "overhead limit")
+        if not overhead_limit >= 1:
+            raise OptionError(f"overhead limit {_show(overhead_limit)} is below 1")
+    if overhead_limit is None or overhead_limit == math.inf:
         limit = _INT64_MAX
     else:
         remat_limit = base.compute * (overhead_limit - 1)   # same float as simrd's runner
         if not remat_limit >= 0:
-            raise MemoptError(f"overhead limit {overhead_limit} is below 1")
+            raise OptionError(f"overhead limit {_show(overhead_limit)} is below 1")
         limit = _INT64_MAX if remat_limit >= _INT64_MAX else math.floor(remat_limit)
     resident = np.zeros(trace.n_storages, dtype=np.bool_)
     if keep_resident:
@@ -433,14 +514,18 @@ def replay(trace, budget: int, heuristic="dtr", *, overhead_limit: float | None 
             resident[s] = True
     # The region / equivalence-class bookkeeping runs from the start even when no
     # eviction choice is ever needed: simrd's bookkeeping can fail an assertion on its
-    # own (stale regions), and that failure is part of the outcome (MemoptError here).
+    # own (stale regions), and that failure is part of the outcome (FormatError here).
     st = _State(trace, budget, limit, heur, record, resident)
     code = _drive(st, stop_at_choice=False)
     sc = st.sc
     if code == K.ST_ERROR:
         err = int(sc[K.SC_ERR])
         s = int(sc[K.SC_ERR_ARG])
-        raise MemoptError(f"{trace.name}: replay reached a state where simrd fails an "
+        if err == K.ERR_OVERFLOW:
+            raise FormatError(f"{trace.name}: the replay clock (compute plus rematerialization) "
+                              f"would exceed int64 at schedule step {int(sc[K.SC_SCHED])}: the "
+                              "log's TIME values are too large for exact arithmetic")
+        raise FormatError(f"{trace.name}: replay reached a state where simrd fails an "
                           f"assertion ({_ERRORS.get(err, err)}, storage of "
                           f"{trace.t_names[trace.s_root[s]]!r}, schedule step "
                           f"{int(sc[K.SC_SCHED])})")
@@ -457,7 +542,16 @@ def replay(trace, budget: int, heuristic="dtr", *, overhead_limit: float | None 
 def replay_ratio(trace, ratio: float, heuristic="dtr", **kw) -> ReplayResult:
     """:func:`replay` with ``budget = int(ratio * baseline(trace).peak)`` (simrd's rule)."""
     trace = _as_trace(trace)
-    budget = int(ratio * baseline(trace).peak)
+    ratio = _number(ratio, "ratio")
+    if not (math.isfinite(ratio) and ratio >= 0):
+        raise OptionError(f"ratio must be a finite number >= 0 (a fraction of the baseline peak), "
+                          f"got {_show(ratio)}")
+    peak = baseline(trace).peak
+    product = ratio * peak
+    if not product < MAX_BUDGET:
+        raise OptionError(f"ratio {_show(ratio)} gives a budget of {_show(product)} bytes "
+                          f"(baseline peak {peak}), beyond memopt's exact limit of 2**62")
+    budget = int(product)
     return replay(trace, budget, heuristic, ratio=ratio, **kw)
 
 

@@ -62,7 +62,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from memopt._progress import Progress
-from memopt.errors import MemoptError
+from memopt.errors import FormatError, MemoptError, OptionError
 
 #: Fields of a replay outcome that must be identical across repeats (wall time is not).
 OUTCOME_FIELDS = (
@@ -79,6 +79,13 @@ OUTCOME_FIELDS = (
 #: error instead of an attempt to build a billion-point list.
 MAX_GRID_POINTS = 1_000_000
 
+#: Largest budget ratio accepted (a budget a million times the baseline peak is no
+#: experiment); larger ones, and non-finite ones, are refused with OptionError.
+MAX_RATIO = Decimal(10**6)
+
+#: Largest per-budget timeout accepted, in seconds (about 116 days).
+MAX_TIMEOUT = 1e7
+
 
 # ---------------------------------------------------------------------------------------
 # Grid
@@ -89,9 +96,11 @@ def _decimal(text: str, what: str, spec: str) -> Decimal:
     try:
         value = Decimal(text.strip())
     except InvalidOperation:
-        raise MemoptError(f"bad grid {spec!r}: {what} {text!r} is not a number") from None
+        raise OptionError(f"bad grid {spec!r}: {what} {text!r} is not a number") from None
     if not value.is_finite():
-        raise MemoptError(f"bad grid {spec!r}: {what} {text!r} is not a finite number")
+        raise OptionError(f"bad grid {spec!r}: {what} {text!r} is not a finite number")
+    if abs(value) > MAX_RATIO:
+        raise OptionError(f"bad grid {spec!r}: {what} {text!r} is beyond the largest ratio, {MAX_RATIO}")
     return value
 
 
@@ -102,21 +111,23 @@ def parse_grid(spec: str) -> tuple[Decimal, ...]:
     is included when it is on the grid). ``0 < START <= STOP`` and ``STEP > 0`` are
     required. ``START:STOP`` alone is not accepted: a step must be explicit.
     """
+    if not isinstance(spec, str):
+        raise OptionError(f"a grid is a START:STOP:STEP string, got {type(spec).__name__}")
     parts = spec.split(":")
     if len(parts) != 3:
-        raise MemoptError(f"bad grid {spec!r}: expected START:STOP:STEP, e.g. 0.1:1.0:0.01")
+        raise OptionError(f"bad grid {spec!r}: expected START:STOP:STEP, e.g. 0.1:1.0:0.01")
     start = _decimal(parts[0], "START", spec)
     stop = _decimal(parts[1], "STOP", spec)
     step = _decimal(parts[2], "STEP", spec)
     if start <= 0:
-        raise MemoptError(f"bad grid {spec!r}: START must be > 0 (a budget ratio)")
+        raise OptionError(f"bad grid {spec!r}: START must be > 0 (a budget ratio)")
     if step <= 0:
-        raise MemoptError(f"bad grid {spec!r}: STEP must be > 0")
+        raise OptionError(f"bad grid {spec!r}: STEP must be > 0")
     if stop < start:
-        raise MemoptError(f"bad grid {spec!r}: STOP must be >= START")
+        raise OptionError(f"bad grid {spec!r}: STOP must be >= START")
     count = int((stop - start) / step) + 1  # Decimal division: exact for decimal inputs
     if count > MAX_GRID_POINTS:
-        raise MemoptError(f"bad grid {spec!r}: {count} points (at most {MAX_GRID_POINTS})")
+        raise OptionError(f"bad grid {spec!r}: {count} points (at most {MAX_GRID_POINTS})")
     points = [start + k * step for k in range(count)]
     # Decimal division rounds to 28 significant digits; make the ends exact either way.
     while points and points[-1] > stop:
@@ -213,6 +224,21 @@ class SweepPoint:
             out["variants"] = list(self.variants)
         return out
 
+    @classmethod
+    def from_dict(cls, doc: dict) -> "SweepPoint":
+        """Inverse of :meth:`to_dict` (``overhead`` is derived, so it is not read back)."""
+        try:
+            return cls(ratio=Decimal(str(doc["ratio"])), budget=int(doc["budget"]), status=str(doc["status"]),
+                       clock=int(doc["clock"]), model_compute=int(doc["model_compute"]),
+                       remat_compute=int(doc["remat_compute"]), max_memory=int(doc["max_memory"]),
+                       heuristic_evals=int(doc["heuristic_evals"]), seconds=float(doc.get("seconds", 0.0)),
+                       deterministic=bool(doc.get("deterministic", True)),
+                       variants=tuple(dict(v) for v in doc.get("variants", ())))
+        except (KeyError, TypeError, ValueError, AttributeError, InvalidOperation) as exc:
+            from memopt.errors import FormatError
+
+            raise FormatError(f"not a sweep point: {type(exc).__name__}: {exc}") from None
+
 
 @dataclass(frozen=True)
 class SweepResult:
@@ -284,6 +310,23 @@ class SweepResult:
             "timeouts": [float(p.ratio) for p in self.timeouts],
             "seconds": round(self.seconds, 3),
         }
+
+    @classmethod
+    def from_dict(cls, doc: dict) -> "SweepResult":
+        """Inverse of :meth:`to_dict` (holes and the summary counts are derived from the points)."""
+        try:
+            limit, timeout = doc.get("overhead_limit"), doc.get("timeout")
+            return cls(trace=str(doc["trace"]), heuristic=str(doc["heuristic"]),
+                       overhead_limit=None if limit is None else float(limit), grid=str(doc["grid"]),
+                       baseline_peak=int(doc["baseline_peak"]), baseline_compute=int(doc["baseline_compute"]),
+                       repeats=int(doc.get("repeats", 1)),
+                       points=tuple(SweepPoint.from_dict(p) for p in doc["points"]),
+                       seconds=float(doc.get("seconds", 0.0)),
+                       timeout=None if timeout is None else float(timeout))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            from memopt.errors import FormatError
+
+            raise FormatError(f"not a sweep result: {type(exc).__name__}: {exc}") from None
 
 
 # ---------------------------------------------------------------------------------------
@@ -390,15 +433,18 @@ def check_heuristic(heuristic: Any) -> None:
 
     if heuristic not in HEURISTICS:
         known = ", ".join(sorted(HEURISTICS, key=lambda n: (n != n.lower(), n)))
-        raise MemoptError(f"unknown heuristic {heuristic!r}; known: {known}")
+        raise OptionError(f"unknown heuristic {heuristic!r}; known: {known}")
 
 
 def check_trace_path(path: str | os.PathLike) -> str:
-    path = os.fspath(path)
+    try:
+        path = os.fspath(path)
+    except TypeError:
+        raise OptionError(f"a trace path must be a string or a path, got {type(path).__name__}") from None
     if not os.path.exists(path):
-        raise MemoptError(f"trace file not found: {path}")
+        raise FormatError(f"{path}: cannot read (no such file); trace file not found")
     if os.path.isdir(path):
-        raise MemoptError(f"trace path is a directory, not a log file: {path}")
+        raise FormatError(f"{path}: is a directory, not a DTR log file")
     return path
 
 
@@ -599,24 +645,36 @@ def run_sweep(
     """
     path = check_trace_path(trace_path)
     check_heuristic(heuristic)
-    if repeats < 1:
-        raise MemoptError(f"repeats must be >= 1, got {repeats}")
-    if jobs < 1:
-        raise MemoptError(f"jobs must be >= 1, got {jobs}")
-    if overhead_limit is not None and not overhead_limit >= 1:
-        raise MemoptError(f"overhead limit must be >= 1 (a slowdown factor), got {overhead_limit}")
+    for what, value in (("repeats", repeats), ("jobs", jobs)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise OptionError(f"{what} must be an integer >= 1, got {value!r}")
+    if overhead_limit is not None:
+        if isinstance(overhead_limit, bool) or not isinstance(overhead_limit, (int, float)) \
+                or not overhead_limit >= 1:
+            raise OptionError(f"overhead limit must be a number >= 1 (a slowdown factor), got {overhead_limit!r}")
     if timeout is not None:
-        if not timeout > 0:
-            raise MemoptError(f"timeout must be > 0 seconds, got {timeout}")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+            raise OptionError(f"timeout must be a number of seconds, got {timeout!r}")
+        if not (math.isfinite(timeout) and timeout > 0):
+            raise OptionError(f"timeout must be a finite number of seconds > 0, got {timeout!r}")
+        if timeout > MAX_TIMEOUT:
+            raise OptionError(f"timeout {timeout!r} s is beyond the largest accepted, {MAX_TIMEOUT:g} s")
         if executor is not None:
-            raise MemoptError("a per-budget timeout needs the built-in local worker processes, not an executor")
+            raise OptionError("a per-budget timeout needs the built-in local worker processes, not an executor")
     if isinstance(grid, str):
         grid_text = grid
         ratios = parse_grid(grid)
     else:
-        ratios = tuple(sorted({Decimal(str(r)) for r in grid}))
-        if not ratios or ratios[0] <= 0:
-            raise MemoptError("a sweep needs at least one ratio, all > 0")
+        try:
+            given = {Decimal(str(r)) for r in grid}
+        except (TypeError, InvalidOperation):
+            raise OptionError("a sweep grid is a START:STOP:STEP string or an iterable of ratios") from None
+        bad = [r for r in given if not r.is_finite() or r <= 0 or r > MAX_RATIO]
+        if bad:
+            raise OptionError(f"ratio {bad[0]} is not a finite number in (0, {MAX_RATIO}]")
+        ratios = tuple(sorted(given))
+        if not ratios:
+            raise OptionError("a sweep needs at least one ratio, all > 0")
         grid_text = ",".join(str(r) for r in ratios)
 
     abspath = os.path.abspath(path)

@@ -42,12 +42,14 @@ truncated final line is an error, never dropped silently.
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from memopt.errors import FormatError
+from memopt.io import _json as _json_hooks
 
 __all__ = ["Trace", "load_trace", "parse_lines", "SCHED_COMPUTE", "SCHED_GET", "SCHED_PIN",
            "SCHED_RELEASE"]
@@ -210,18 +212,42 @@ def _err(path: str, lineno: int, msg: str) -> FormatError:
     return FormatError(f"{path}: line {lineno}: {msg}")
 
 
+#: Limits of exact int64 replay arithmetic (see docs/formats.md, "Limits"): every MEMORY and
+#: TIME is below MAX_VALUE, the sizes of all storages add up to less than MAX_TOTAL_BYTES (so
+#: memory plus one operator's outputs never exceeds int64), and the TIME of every operator,
+#: counted once per result, adds up to less than MAX_TOTAL_TIME (a heuristic score adds up
+#: to three such sums).
+MAX_VALUE = 2**62
+MAX_TOTAL_BYTES = 2**62
+MAX_TOTAL_TIME = 2**60
+
+_DECODER = json.JSONDecoder(parse_int=_json_hooks._parse_int, parse_float=_json_hooks._parse_float,
+                            parse_constant=_json_hooks._parse_constant)
+
+
 def _as_int(path, lineno, rec, key, *, minimum=None):
+    """simrd's ``int(value)`` (JSON numbers or decimal strings), exactly: a fractional,
+    non-finite or out-of-range value is refused instead of truncated or wrapped."""
     value = rec[key]
+    instr = rec["INSTRUCTION"]
+    shown = _json_hooks.show_number(value)
+    if isinstance(value, str) and len(value.strip()) > 24:
+        raise _err(path, lineno, f"{instr} field {key} is {shown}, beyond memopt's exact limit "
+                                 "of 2**62")
+    if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
+        raise _err(path, lineno, f"{instr} field {key} is not an integer: {shown}")
     try:
-        if isinstance(value, bool) or isinstance(value, (list, dict)) or value is None:
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
             raise ValueError
         number = int(value)
-    except (TypeError, ValueError):
-        raise _err(path, lineno, f"{rec['INSTRUCTION']} field {key} is not an integer: "
-                                 f"{value!r}") from None
+    except (TypeError, ValueError, OverflowError):
+        raise _err(path, lineno, f"{instr} field {key} is not an integer: {shown}") from None
     if minimum is not None and number < minimum:
         what = "negative size" if key == "MEMORY" else f"{key} below {minimum}"
-        raise _err(path, lineno, f"{rec['INSTRUCTION']} {what}: {number}")
+        raise _err(path, lineno, f"{instr} {what}: {_json_hooks.show_number(number)}")
+    if number >= MAX_VALUE:
+        raise _err(path, lineno, f"{instr} field {key} is {_json_hooks.show_number(number)}, beyond "
+                                 "memopt's exact limit of 2**62")
     return number
 
 
@@ -230,23 +256,32 @@ def _check_record(path: str, lineno: int, line: str) -> dict:
     if line.strip() == "":
         raise _err(path, lineno, "empty line (expected a JSON record)")
     try:
-        rec = json.loads(line)
+        rec = _DECODER.decode(line)
     except json.JSONDecodeError as exc:
         raise _err(path, lineno, f"invalid JSON ({exc.msg} at column {exc.colno}); "
                                  "truncated or corrupt record") from None
+    except _json_hooks._BadNumber as bad:
+        raise _err(path, lineno, f"invalid JSON: {bad.what}") from None
+    except RecursionError:
+        raise _err(path, lineno, "invalid JSON: nested too deeply to read") from None
+    except (ValueError, TypeError, OverflowError) as exc:  # defensive: never a bare error
+        raise _err(path, lineno, f"invalid JSON ({type(exc).__name__})") from None
     if not isinstance(rec, dict):
         raise _err(path, lineno, "record is not a JSON object")
     if "INSTRUCTION" not in rec:
         raise _err(path, lineno, "missing field INSTRUCTION")
     instr = rec["INSTRUCTION"]
-    if instr not in _FIELDS:
-        raise _err(path, lineno, f"unknown instruction {instr!r}")
+    if not isinstance(instr, str) or instr not in _FIELDS:
+        raise _err(path, lineno, f"unknown instruction {_json_hooks.show_number(instr)}")
     for key in _FIELDS[instr]:
         if key not in rec:
             raise _err(path, lineno, f"{instr} record lacks field {key}")
     for key in ("RESULT", "ARGS", "MUTATE"):
         if key in _FIELDS[instr] and not isinstance(rec[key], list):
             raise _err(path, lineno, f"{instr} field {key} is not a list")
+    for key in ("ARGS",):
+        if key in _FIELDS[instr] and not all(isinstance(a, str) for a in rec[key]):
+            raise _err(path, lineno, f"{instr} field {key} must list tensor names (strings)")
     for key in ("NAME", "DST", "SRC"):
         if key in _FIELDS[instr] and not isinstance(rec[key], str):
             raise _err(path, lineno, f"{instr} field {key} is not a string")
@@ -260,14 +295,19 @@ def load_trace(path, *, start: bool | None = None) -> Trace:
     ``has_start``; ``None`` (default) skips iff the log contains that marker (true for
     all eight public logs, whose ``manifest.json`` says ``has_start: true``).
     """
-    path = os.fspath(path)
+    try:
+        path = os.fspath(path)
+    except TypeError:
+        raise FormatError(f"a trace path must be a string or a path, got {type(path).__name__}") from None
     try:
         with open(path, "r", encoding="utf-8") as fh:
             text = fh.read()
     except UnicodeDecodeError as exc:
         raise FormatError(f"{path}: not UTF-8 text ({exc.reason})") from None
+    except FileNotFoundError:
+        raise FormatError(f"{path}: cannot read (no such file)") from None
     except OSError as exc:
-        raise FormatError(f"{path}: cannot read ({exc.strerror})") from None
+        raise FormatError(f"{path}: cannot read ({exc.strerror or type(exc).__name__})") from None
     return parse_lines(text.splitlines(), path=path, start=start)
 
 
@@ -454,7 +494,13 @@ class _Builder:
         self.sched.append((SCHED_COMPUTE, op, rec))
         return op
 
-    def _get(self, rec: int, t: int) -> None:
+    def _get(self, rec: int, lineno: int, t: int, what: str) -> None:
+        # simrd's RuntimeV2.get asserts ``t.storage.ref_ext > 0``: a COPY (or COPY_FROM)
+        # cannot bring back a tensor whose every reference was released
+        if self.s_ref_ext[self.t_storage[t]] <= 0:
+            raise _err(self.path, lineno, f"{what} of tensor {self.t_names[t]!r}, whose storage "
+                                          "has no references left (all released): simrd cannot "
+                                          "replay a copy that revives a released tensor")
         self.s_ref_ext[self.t_storage[t]] += 1
         self.sched.append((SCHED_GET, t, rec))
 
@@ -521,9 +567,9 @@ class _Builder:
         if dst in self.tensor_map:
             raise _err(self.path, lineno, f"COPY destination {dst!r} is already defined")
         t = self._lookup(lineno, "COPY", src)
+        self._get(rec, lineno, t, "COPY")
         self._bind(dst, t)
         self.name_ref[t] += 1
-        self._get(rec, t)
 
     def copy_from(self, rec, lineno, dst, src) -> None:
         old = self._lookup(lineno, "COPY_FROM", dst)
@@ -532,7 +578,7 @@ class _Builder:
         self.name_ref[old] -= 1
         self.name_ref[t] += 1
         self._release(rec, lineno, old, "COPY_FROM")
-        self._get(rec, t)
+        self._get(rec, lineno, t, "COPY_FROM")
 
     def release(self, rec, lineno, name) -> None:
         if name in self.tensor_map:         # simrd ignores undefined releases
@@ -546,6 +592,16 @@ class _Builder:
             if self.name_ref[t] > 0:
                 self.sched.append((SCHED_PIN, t, n_records))
 
+        total_bytes = sum(self.s_size)
+        if total_bytes >= MAX_TOTAL_BYTES:
+            raise FormatError(f"{self.path}: the storages of the log add up to "
+                              f"{_json_hooks.show_number(total_bytes)} bytes, beyond memopt's exact "
+                              "limit of 2**62 for a trace's total (live bytes must fit in int64)")
+        total_time = sum(c * n for c, n in zip(self.op_cost, self.op_nout))
+        if total_time >= MAX_TOTAL_TIME:
+            raise FormatError(f"{self.path}: the operators' TIME values (counted once per result) add "
+                              f"up to {_json_hooks.show_number(total_time)}, beyond memopt's exact limit "
+                              "of 2**60 for a trace's total compute")
         i64 = np.int64
         op_arg_start = np.zeros(len(self.op_args) + 1, dtype=i64)
         np.cumsum([len(a) for a in self.op_args], out=op_arg_start[1:])

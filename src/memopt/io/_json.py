@@ -1,35 +1,162 @@
-"""Reading JSON files with errors that name the file and the place."""
+"""Reading JSON with errors that name the file and the place, and exact-arithmetic limits.
+
+Limits (documented in ``docs/formats.md``, "Limits"): every byte count is an integer in
+``[0, MAX_BYTES)`` and so is every total a model adds up (all tensor sizes plus the largest
+workspace of a graph; all input and allocation sizes plus the largest transient of a
+program), so that every int64 sum memopt computes is exact. Compute costs are finite
+numbers in ``[0, MAX_BYTES)``. JSON itself is read strictly: bare ``NaN``/``Infinity``
+are refused, as are integers of more than :data:`MAX_INT_DIGITS` digits, floats that
+overflow to infinity and nesting deeper than Python's parser can follow.
+"""
 
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 
 from memopt.errors import FormatError
 
+#: Every byte count, cost and total must be below this (so that any int64 sum of two is exact).
+MAX_BYTES = 2**62
+#: Longer integer literals are refused while parsing (they cannot be any memopt quantity,
+#: and Python refuses to convert integers of more than 4300 digits to text).
+MAX_INT_DIGITS = 300
 
-def read_json(path: str | os.PathLike):
-    """Parse a JSON file; a malformed or truncated file raises FormatError with line and column."""
+_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|(-?Infinity|NaN)|([\[{])|([\]}])', re.S)
+
+
+class _BadNumber(Exception):
+    def __init__(self, text: str, what: str):
+        super().__init__(text)
+        self.text, self.what = text, what
+
+
+def show_number(val) -> str:
+    """A short text for a number in a message (never a numpy repr, never 5000 digits)."""
+    try:
+        import numpy as np
+
+        if isinstance(val, np.generic):
+            val = val.item()
+    except ImportError:  # pragma: no cover
+        pass
+    if isinstance(val, bool):
+        return repr(val)
+    if isinstance(val, int):
+        if abs(val) < 10**20:
+            return str(val)
+        digits = len(str(abs(val))) if abs(val).bit_length() < 14000 else None
+        if digits is None:
+            return "an integer of more than 4000 digits"
+        return f"{float(val):.3e} (an integer of {digits} digits)" if digits < 309 else \
+            f"an integer of {digits} digits"
+    if isinstance(val, float):
+        return repr(val)
+    if isinstance(val, str):
+        return repr(val if len(val) <= 60 else val[:57] + "...")
+    text = repr(val)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _parse_int(text: str) -> int:
+    if len(text) > MAX_INT_DIGITS + (text[0] == "-"):
+        raise _BadNumber(text, f"an integer of {len(text.lstrip('-'))} digits is beyond memopt's "
+                               "limit of 2**62")
+    return int(text)
+
+
+def _parse_float(text: str) -> float:
+    val = float(text)
+    if not math.isfinite(val):
+        raise _BadNumber(text, f"the number {text[:40]}{'...' if len(text) > 40 else ''} "
+                               "overflows a float (memopt needs finite numbers)")
+    return val
+
+
+def _parse_constant(text: str):
+    raise _BadNumber(text, f"bare {text} is not valid JSON (memopt needs finite numbers)")
+
+
+def _line_col(text: str, pos: int) -> tuple[int, int]:
+    line = text.count("\n", 0, pos) + 1
+    return line, pos - (text.rfind("\n", 0, pos) + 1) + 1
+
+
+def _field_before(text: str, pos: int) -> str:
+    """`` (field 'size')`` when the number at ``pos`` is the value of a key, else ``""``."""
+    m = re.search(r'"((?:[^"\\]|\\.){1,60})"\s*:\s*-?$', text[max(0, pos - 200):pos])
+    return f", field {m.group(1)!r}" if m else ""
+
+
+def _bad_number_position(text: str, bad: _BadNumber) -> int:
+    if bad.text in ("NaN", "Infinity", "-Infinity"):
+        for m in _TOKEN.finditer(text):
+            if m.group(1):
+                return m.start(1)
+        return 0
+    pos = text.find(bad.text)
+    return max(pos, 0)
+
+
+def _deepest_position(text: str) -> int:
+    depth = best = best_pos = 0
+    for m in _TOKEN.finditer(text):
+        if m.group(2):
+            depth += 1
+            if depth > best:
+                best, best_pos = depth, m.start()
+        elif m.group(3):
+            depth -= 1
+    return best_pos
+
+
+def loads(text: str, where: str):
+    """``json.loads`` for memopt: every failure is a :class:`FormatError` that starts with
+    ``where`` and gives the line and column (and the field, for a number out of range)."""
+    try:
+        return json.loads(text, parse_int=_parse_int, parse_float=_parse_float,
+                          parse_constant=_parse_constant)
+    except _BadNumber as bad:
+        pos = _bad_number_position(text, bad)
+        line, col = _line_col(text, pos)
+        raise FormatError(f"{where}: line {line}, column {col}{_field_before(text, pos)}: {bad.what}") from None
+    except RecursionError:
+        line, col = _line_col(text, _deepest_position(text))
+        raise FormatError(f"{where}: JSON nested too deeply to read (line {line}, column {col})") from None
+    except json.JSONDecodeError as exc:
+        # the parser ran off the end of the text (or of an unclosed string): the file was cut short
+        truncated = exc.pos >= len(text.rstrip()) or exc.msg.startswith("Unterminated string")
+        what = "truncated JSON" if truncated else "malformed JSON"
+        raise FormatError(f"{where}: {what} at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+    except (ValueError, TypeError, OverflowError, MemoryError) as exc:  # defensive: never a bare error
+        raise FormatError(f"{where}: unreadable JSON ({type(exc).__name__}: {str(exc)[:100]})") from None
+
+
+def read_text(path: str | os.PathLike) -> str:
+    """The UTF-8 text of a file; a missing, unreadable or non-text file raises FormatError."""
+    if isinstance(path, bool) or not isinstance(path, (str, bytes, os.PathLike)):
+        raise FormatError(f"{show_number(path)}: not a file path (a string or a path)")
     try:
         with open(path, "r", encoding="utf-8") as fh:
-            text = fh.read()
+            return fh.read()
     except FileNotFoundError:
         raise FormatError(f"{path}: no such file") from None
     except IsADirectoryError:
         raise FormatError(f"{path}: is a directory, not a file") from None
     except UnicodeDecodeError as exc:
         raise FormatError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise FormatError(f"{path}: cannot read ({exc.strerror or type(exc).__name__})") from None
+
+
+def read_json(path: str | os.PathLike):
+    """Parse a JSON file; a malformed or truncated file raises FormatError with line and column."""
+    text = read_text(path)
     if not text.strip():
         raise FormatError(f"{path}: empty file")
-    try:
-        return json.loads(text)
-    except RecursionError:
-        raise FormatError(f"{path}: JSON nested too deeply to read") from None
-    except json.JSONDecodeError as exc:
-        # the parser ran off the end of the text (or of an unclosed string): the file was cut short
-        truncated = exc.pos >= len(text.rstrip()) or exc.msg.startswith("Unterminated string")
-        what = "truncated JSON" if truncated else "malformed JSON"
-        raise FormatError(f"{path}: {what} at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+    return loads(text, str(path))
 
 
 def require(obj: dict, key: str, where: str, types=None):
@@ -44,21 +171,54 @@ def require(obj: dict, key: str, where: str, types=None):
     return val
 
 
+def byte_count(val, what: str, error=FormatError) -> int:
+    """``val`` as an exact byte count in ``[0, MAX_BYTES)`` (JSON ints, or floats with an
+    integral value); otherwise ``error`` naming ``what``."""
+    if isinstance(val, bool) or not isinstance(val, (int, float)):
+        raise error(f"{what} must be a number, got {show_number(val)}")
+    if isinstance(val, float):
+        if not math.isfinite(val) or not val.is_integer():
+            raise error(f"{what} must be a whole number of bytes, got {show_number(val)}")
+        if val >= MAX_BYTES:
+            raise error(f"{what} is {show_number(val)} bytes, beyond memopt's exact limit of 2**62")
+        val = int(val)
+    if val < 0:
+        raise error(f"{what} is negative: {show_number(val)}")
+    if val >= MAX_BYTES:
+        raise error(f"{what} is {show_number(val)} bytes, beyond memopt's exact limit of 2**62")
+    return val
+
+
 def int_field(obj: dict, key: str, where: str, default=None) -> int:
-    """An integer byte count (JSON ints, or floats with an integral value)."""
+    """An integer byte count (JSON ints, or floats with an integral value) in ``[0, 2**62)``.
+
+    A negative value raises :class:`GraphError` (a well-formed file describing an invalid
+    model); every other problem :class:`FormatError`."""
+    if key not in obj and default is not None:
+        return default
+    val = require(obj, key, where)
+    if not isinstance(val, bool) and isinstance(val, (int, float)) and val < 0:
+        from memopt.errors import GraphError
+
+        raise GraphError(f"{where}: field {key!r} is negative: {show_number(val)}")
+    return byte_count(val, f"{where}: field {key!r}")
+
+
+def cost_field(obj: dict, key: str, where: str, default=None) -> float:
+    """A compute cost: a finite number in ``[0, 2**62)`` (JSON int or float)."""
     if key not in obj and default is not None:
         return default
     val = require(obj, key, where)
     if isinstance(val, bool) or not isinstance(val, (int, float)):
-        raise FormatError(f"{where}: field {key!r} must be a number, got {val!r}")
-    if isinstance(val, float):
-        if val != val or val in (float("inf"), float("-inf")) or not val.is_integer():
-            raise FormatError(f"{where}: field {key!r} must be a whole number of bytes, got {val!r}")
-        val = int(val)
+        raise FormatError(f"{where}: field {key!r} must be a non-negative number, got {show_number(val)}")
+    if isinstance(val, float) and not math.isfinite(val):
+        raise FormatError(f"{where}: field {key!r} must be a finite number, got {show_number(val)}")
     if val < 0:
-        raise FormatError(f"{where}: field {key!r} is negative: {val}")
-    if val >= 2**62:
-        raise FormatError(f"{where}: field {key!r} is {val} bytes, beyond memopt's exact limit of 2**62")
+        from memopt.errors import GraphError
+
+        raise GraphError(f"{where}: field {key!r} is negative: {show_number(val)}")
+    if val >= MAX_BYTES:
+        raise FormatError(f"{where}: field {key!r} is {show_number(val)}, beyond memopt's limit of 2**62")
     return val
 
 
@@ -66,7 +226,7 @@ def bool_field(obj: dict, key: str, where: str, default: bool = False) -> bool:
     """A JSON boolean (a string such as "false" is an error, not a truthy value)."""
     val = obj.get(key, default)
     if not isinstance(val, bool):
-        raise FormatError(f"{where}: field {key!r} must be true or false, got {val!r}")
+        raise FormatError(f"{where}: field {key!r} must be true or false, got {show_number(val)}")
     return val
 
 

@@ -25,8 +25,15 @@ import numpy as np
 
 from memopt.core import TensorGraph
 from memopt.errors import FormatError, GraphError
-from memopt.io._json import int_field, is_id, read_json, require
+from memopt.io._json import cost_field, int_field, is_id, read_json, require, show_number
 from memopt.io.instance import Instance
+
+
+def _graph_name(gattr: dict, path: str | None, where: str) -> str:
+    name = gattr.get("name")
+    if name is not None and (isinstance(name, bool) or not isinstance(name, (str, int, float))):
+        raise FormatError(f"{where}: graph.name must be a string, got {show_number(name)}")
+    return str(name or (os.path.basename(path) if path else ""))
 
 
 def is_node_link(doc) -> bool:
@@ -39,7 +46,18 @@ def load_checkmate(path: str | os.PathLike) -> Instance:
 
 
 def instance_from_node_link(doc: dict, path: str | None = None) -> Instance:
+    """The :class:`Instance` of a node-link document; every error names ``path`` and the item
+    (:class:`FormatError` for a malformed document, :class:`GraphError` for a well-formed one
+    describing an invalid graph: negative size, unknown node, cycle)."""
     where = path or "<node-link>"
+    try:
+        return _instance_from_node_link(doc, path, where)
+    except GraphError as exc:
+        msg = str(exc)
+        raise GraphError(msg if msg.startswith(where) else f"{where}: {msg}") from None
+
+
+def _instance_from_node_link(doc: dict, path: str | None, where: str) -> Instance:
     nodes = require(doc, "nodes", where, list)
     links = doc.get("links", doc.get("edges"))
     if not isinstance(links, list):
@@ -65,22 +83,15 @@ def instance_from_node_link(doc: dict, path: str | None = None) -> Instance:
         nwhere = f"{where}: node #{k}"
         ident = require(node, id_key, nwhere)
         if not is_id(ident):
-            raise FormatError(f"{nwhere}: field {id_key!r} must be a number or a string")
+            raise FormatError(f"{nwhere}: field {id_key!r} must be a number or a string, "
+                              f"got {show_number(ident)}")
         nwhere = f"{where}: node {ident!r}"
         if ident in index:
             raise FormatError(f"{nwhere}: node id appears twice")
         index[ident] = k
         labels.append(ident)
-        try:
-            sizes[k] = int_field(node, size_key, nwhere)
-        except FormatError as exc:
-            if "negative" in str(exc):
-                raise GraphError(str(exc)) from None
-            raise
-        c = require(node, cost_key, nwhere)
-        if isinstance(c, bool) or not isinstance(c, (int, float)) or c < 0 or c != c:
-            raise FormatError(f"{nwhere}: field {cost_key!r} must be a non-negative number, got {c!r}")
-        costs[k] = c
+        sizes[k] = int_field(node, size_key, nwhere)   # negative: GraphError; else FormatError
+        costs[k] = cost_field(node, cost_key, nwhere)
     src = np.empty(len(links), np.int64)
     dst = np.empty(len(links), np.int64)
     for k, link in enumerate(links):
@@ -95,9 +106,9 @@ def instance_from_node_link(doc: dict, path: str | None = None) -> Instance:
             if end is None:
                 raise FormatError(f"{lwhere}: missing source or target")
             if not is_id(end):
-                raise FormatError(f"{lwhere}: endpoint {end!r} is not a node id (a number or a string)")
+                raise FormatError(f"{lwhere}: endpoint {show_number(end)} is not a node id (a number or a string)")
             if end not in index:
-                raise GraphError(f"{lwhere}: names unknown node {end!r}")
+                raise GraphError(f"{lwhere}: names unknown node {show_number(end)}")
         if a == b:
             raise GraphError(f"cycle: {lwhere} is a self-loop on node {a!r}")
         src[k], dst[k] = index[a], index[b]
@@ -110,7 +121,7 @@ def instance_from_node_link(doc: dict, path: str | None = None) -> Instance:
     graph = TensorGraph.from_arrays(
         tensor_size=sizes, tensor_producer=np.arange(n), op_inputs=(dst, src),
         tensor_output=~has_succ, op_cost=costs, op_names=names, tensor_names=names,
-        name=str(gattr.get("name") or (os.path.basename(path) if path else "")),
+        name=_graph_name(gattr, path, where),
     )
     if "order" in gattr:
         order_labels = gattr["order"]
@@ -119,7 +130,7 @@ def instance_from_node_link(doc: dict, path: str | None = None) -> Instance:
         order = np.empty(len(order_labels), np.int64)
         for k, lab in enumerate(order_labels):
             if not is_id(lab) or lab not in index:
-                raise GraphError(f"{where}: graph.order names unknown node {lab!r}")
+                raise GraphError(f"{where}: graph.order names unknown node {show_number(lab)}")
             order[k] = index[lab]
         from memopt.core import validate_order
         from memopt.errors import ScheduleError

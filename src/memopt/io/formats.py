@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 
 from memopt.core import Op, Program, Statement, Tensor, TensorGraph
-from memopt.errors import FormatError
-from memopt.io._json import bool_field, int_field, read_json, require
+from memopt.errors import FormatError, GraphError, ScheduleError
+from memopt.io._json import bool_field, cost_field, int_field, read_json, require, show_number
 from memopt.io.checkmate import instance_from_node_link, is_node_link
 from memopt.io.instance import Instance
 
@@ -29,8 +29,9 @@ VERSION = 1
 
 def _check_header(doc: dict, fmt: str, where: str) -> None:
     version = doc.get("version")
-    if version != VERSION:
-        raise FormatError(f"{where}: {fmt} version {version!r} is not supported (this memopt reads version {VERSION})")
+    if isinstance(version, bool) or version != VERSION:
+        raise FormatError(f"{where}: {fmt} version {show_number(version)} is not supported "
+                          f"(this memopt reads version {VERSION})")
 
 
 def _str_list(obj: dict, key: str, where: str) -> tuple[str, ...]:
@@ -40,34 +41,43 @@ def _str_list(obj: dict, key: str, where: str) -> tuple[str, ...]:
     return tuple(val)
 
 
+def _object(doc, where: str) -> dict:
+    if not isinstance(doc, dict):
+        raise FormatError(f"{where}: expected a JSON object, got {type(doc).__name__}")
+    return doc
+
+
+def _with_where(exc: Exception, where: str) -> str:
+    msg = str(exc)
+    return msg if msg.startswith(where) else f"{where}: {msg}"
+
+
 def graph_from_doc(doc: dict, where: str = "<graph>") -> TensorGraph:
-    _check_header(doc, GRAPH_FORMAT, where)
+    _check_header(_object(doc, where), GRAPH_FORMAT, where)
     tensors = []
     for k, t in enumerate(require(doc, "tensors", where, list)):
         name = require(t, "name", f"{where}: tensor #{k}", str)
         twhere = f"{where}: tensor {name!r}"
-        size = t.get("size")
-        if isinstance(size, (int, float)) and not isinstance(size, bool) and size < 0:
-            from memopt.errors import GraphError
-
-            raise GraphError(f"tensor {name!r} has a negative size: {size}")
         tensors.append(Tensor(name, int_field(t, "size", twhere), output=bool_field(t, "output", twhere),
                               resident=bool_field(t, "resident", twhere)))
     ops = []
     for k, o in enumerate(require(doc, "ops", where, list)):
         name = require(o, "name", f"{where}: op #{k}", str)
         owhere = f"{where}: op {name!r}"
-        ws = o.get("workspace", 0)
-        if isinstance(ws, (int, float)) and not isinstance(ws, bool) and ws < 0:
-            from memopt.errors import GraphError
-
-            raise GraphError(f"op {name!r} has a negative workspace: {ws}")
-        cost = o.get("cost", 0)
-        if isinstance(cost, bool) or not isinstance(cost, (int, float)) or cost < 0:
-            raise FormatError(f"{owhere}: field 'cost' must be a non-negative number, got {cost!r}")
         ops.append(Op(name, _str_list(o, "inputs", owhere), _str_list(o, "outputs", owhere),
-                      workspace=int_field(o, "workspace", owhere, default=0), cost=cost))
-    return TensorGraph.build(tensors, ops, name=str(doc.get("name", "")))
+                      workspace=int_field(o, "workspace", owhere, default=0),
+                      cost=cost_field(o, "cost", owhere, default=0)))
+    try:
+        return TensorGraph.build(tensors, ops, name=_name(doc, where))
+    except GraphError as exc:
+        raise GraphError(_with_where(exc, where)) from None
+
+
+def _name(doc: dict, where: str) -> str:
+    name = doc.get("name", "")
+    if not isinstance(name, (str, int)) or isinstance(name, bool):
+        raise FormatError(f"{where}: field 'name' must be a string")
+    return str(name)
 
 
 def graph_to_doc(graph: TensorGraph) -> dict:
@@ -94,7 +104,7 @@ def graph_to_doc(graph: TensorGraph) -> dict:
 
 
 def program_from_doc(doc: dict, where: str = "<program>") -> Program:
-    _check_header(doc, PROGRAM_FORMAT, where)
+    _check_header(_object(doc, where), PROGRAM_FORMAT, where)
     inputs = doc.get("inputs", {})
     if not isinstance(inputs, dict):
         raise FormatError(f"{where}: field 'inputs' must be an object mapping buffer -> bytes")
@@ -103,15 +113,22 @@ def program_from_doc(doc: dict, where: str = "<program>") -> Program:
     for k, s in enumerate(require(doc, "statements", where, list)):
         name = require(s, "name", f"{where}: statement #{k}", str)
         swhere = f"{where}: statement {name!r}"
+        alloc_list = s.get("alloc", [])
+        if not isinstance(alloc_list, list):
+            raise FormatError(f"{swhere}: field 'alloc' must be a list of [buffer, bytes] pairs, "
+                              f"got {show_number(alloc_list)}")
         allocs = []
-        for a in s.get("alloc", []):
+        for a in alloc_list:
             if not (isinstance(a, list) and len(a) == 2 and isinstance(a[0], str)):
-                raise FormatError(f"{swhere}: each alloc must be [buffer, bytes]")
+                raise FormatError(f"{swhere}: each alloc must be [buffer, bytes], got {show_number(a)}")
             allocs.append((a[0], int_field({"bytes": a[1]}, "bytes", f"{swhere}: alloc {a[0]!r}")))
         stmts.append(Statement(name, allocs=tuple(allocs), frees=_str_list(s, "free", swhere),
                                reads=_str_list(s, "reads", swhere), writes=_str_list(s, "writes", swhere),
                                transient=int_field(s, "transient", swhere, default=0)))
-    return Program(stmts, inputs=inputs, name=str(doc.get("name", "")))
+    try:
+        return Program(stmts, inputs=inputs, name=_name(doc, where))
+    except GraphError as exc:
+        raise GraphError(_with_where(exc, where)) from None
 
 
 def program_to_doc(program: Program) -> dict:
@@ -143,7 +160,7 @@ def instance_from_doc(doc, where: str = "<instance>") -> Instance:
         return instance_from_node_link(doc, path=where)
     fmt = doc.get("format") if isinstance(doc, dict) else None
     raise FormatError(f"{where}: not a memopt graph, program or node-link graph"
-                      + (f" (format {fmt!r})" if fmt else ""))
+                      + (f" (format {show_number(fmt)})" if fmt else ""))
 
 
 def load_instance(path: str | os.PathLike) -> Instance:
@@ -166,7 +183,17 @@ def save_graph(graph: TensorGraph, path: str | os.PathLike) -> None:
 
 
 def plan_to_doc(instance: Instance, order, *, peak: int, lower_bound: int | None = None,
-                status: str | None = None, method: str | None = None, extra: dict | None = None) -> dict:
+                status: str | None = None, method: str | None = None, extra: dict | None = None,
+                certificate: dict | None = None) -> dict:
+    """A memopt-plan document; ``memopt verify`` (:mod:`memopt.bounds.verify`) checks every claim in it.
+
+    With ``certificate`` (``ScheduleResult.certificate``) the plan carries its bound's witness
+    (field ``bound``: the certificate's ``{"name", "value", "witness"}``) and states only what
+    that witness proves: ``lower_bound`` is capped at the witnessed value and a status it cannot
+    back (``optimal`` from an exact search) is written as ``feasible``. Without one, a claimed
+    bound or status verifies only if the checker re-derives it (base, end memory, node
+    relaxation). ``extra`` fields are refused by verify unless the plan format defines them.
+    """
     doc = {"format": PLAN_FORMAT, "version": VERSION, "instance": instance.name,
            "order": [instance.labels[int(i)] for i in order], "peak": int(peak)}
     if lower_bound is not None:
@@ -175,18 +202,42 @@ def plan_to_doc(instance: Instance, order, *, peak: int, lower_bound: int | None
         doc["status"] = status
     if method is not None:
         doc["method"] = method
+    if certificate is not None:
+        b = certificate["bound"]
+        proven = int(b["value"])
+        doc["bound"] = {"name": b.get("name", ""), "value": proven, "witness": b["witness"]}
+        if lower_bound is not None and int(lower_bound) > proven:
+            doc["lower_bound"] = proven
+        if status in ("certified", "optimal") and proven < int(peak):
+            doc["status"] = "feasible"
     if extra:
         doc.update(extra)
     return doc
 
 
 def plan_order(instance: Instance, doc, where: str = "<plan>") -> tuple[np.ndarray, dict]:
-    """Op ids of a plan document's order for ``instance`` (order validity is checked by the caller)."""
+    """Op ids of a plan document's order for ``instance`` (order validity is checked by the caller).
+
+    The claims a plan may carry are type-checked here: ``peak`` and ``lower_bound`` are byte
+    counts in ``[0, 2**62)``, ``status`` and ``method`` strings."""
     if not isinstance(doc, dict) or doc.get("format") != PLAN_FORMAT:
         raise FormatError(f"{where}: not a memopt-plan file")
     _check_header(doc, PLAN_FORMAT, where)
     order = require(doc, "order", where, list)
-    return instance.index_of_labels(order), doc
+    for key in ("peak", "lower_bound"):
+        if key in doc and doc[key] is not None:
+            int_field(doc, key, where)
+    for key in ("status", "method", "instance"):
+        if key in doc and doc[key] is not None and not isinstance(doc[key], str):
+            raise FormatError(f"{where}: field {key!r} must be a string, got {show_number(doc[key])}")
+    for k, lab in enumerate(order):
+        if isinstance(lab, bool) or not isinstance(lab, (int, str)):
+            raise FormatError(f"{where}: order entry #{k} must be an op label (a string or an integer), "
+                              f"got {show_number(lab)}")
+    try:
+        return instance.index_of_labels(order), doc
+    except ScheduleError as exc:
+        raise ScheduleError(_with_where(exc, where)) from None
 
 
 def load_plan(instance: Instance, path: str | os.PathLike) -> tuple[np.ndarray, dict]:

@@ -32,80 +32,26 @@ Example
 
 from __future__ import annotations
 
-import math
 import time
-from dataclasses import dataclass
 
 import numpy as np
 
 from memopt.core.signed_dag import SignedDAG, complete_order, dag_peak, validate_node_order
-from memopt.schedule.ideal_search import reachability
+from memopt.schedule.ordering_model import (MAX_LITERALS, OrderingStructure, ordering_structure,
+                                            trivial_result)
 from memopt.schedule.result import ExactResult
-
-
-# models with more order/release literals than this are not built (the build alone would
-# take minutes in Python); the solvers then return their incumbent, status "model_too_large"
-MAX_LITERALS = 1_500_000
-
-
-@dataclass
-class _Structure:
-    alloc: np.ndarray          # allocating node ids
-    rels: np.ndarray           # release node ids with delta < 0
-    reach: np.ndarray          # reach[u, v]: path u -> v
-    alloc_parents: list        # per alloc slot: alloc slots that must directly precede it
-    scale: int
-
-    def literals(self) -> int:
-        """Number of order and release literals of the model (incomparable pairs)."""
-        A, Rl, R = self.alloc, self.rels, self.reach
-        sub = R[np.ix_(A, A)]
-        pairs = int((~(sub | sub.T)).sum() - A.shape[0]) // 2
-        if Rl.size:
-            rs = R[np.ix_(Rl, A)] | R[np.ix_(A, Rl)].T
-            pairs += int((~rs).sum())
-        return pairs
-
-
-def _structure(dag: SignedDAG) -> _Structure:
-    is_rel = dag.is_release
-    alloc = np.flatnonzero(~is_rel)
-    rels = np.flatnonzero(is_rel & (dag.delta < 0))
-    reach = reachability(dag)
-    slot = np.full(dag.n, -1, np.int64)
-    slot[alloc] = np.arange(alloc.shape[0])
-    # nearest allocating ancestors through release-only paths: these precedences imply all
-    # others among A by transitivity of the positions
-    parents: list = []
-    for v in alloc:
-        seen, stack, ps = set(), [int(p) for p in dag.pred(int(v))], set()
-        while stack:
-            p = stack.pop()
-            if p in seen:
-                continue
-            seen.add(p)
-            if is_rel[p]:
-                stack.extend(int(q) for q in dag.pred(p))
-            else:
-                ps.add(int(slot[p]))
-        parents.append(sorted(ps))
-    vals = [int(x) for x in dag.delta] + [int(x) for x in dag.transient] + [int(dag.base)]
-    g = 0
-    for x in vals:
-        g = math.gcd(g, abs(x))
-    return _Structure(alloc, rels, reach, parents, max(g, 1))
 
 
 class _BuildTimeout(Exception):
     """The time limit ran out while the model was being built."""
 
 
-def _build(dag: SignedDAG, st: _Structure, *, lower: int, upper: int | None, minimise: bool, hint_order=None,
+def _build(dag: SignedDAG, st: OrderingStructure, *, lower: int, upper: int | None, minimise: bool, hint_order=None,
            deadline: float = float("inf")):
     from ortools.sat.python import cp_model
 
     m = cp_model.CpModel()
-    A, Rl, R, sc = st.alloc, st.rels, st.reach, st.scale
+    A, R, sc = st.alloc, st.reach, st.scale
     na = A.shape[0]
     delta = dag.delta.astype(np.int64) // sc
     trans = dag.transient.astype(np.int64) // sc
@@ -239,18 +185,10 @@ def _solver(time_limit: float, num_workers: int, seed: int):
     return s
 
 
-def _order_from_positions(dag: SignedDAG, st: _Structure, solver, pos) -> np.ndarray:
+def _order_from_positions(dag: SignedDAG, st: OrderingStructure, solver, pos) -> np.ndarray:
     p = np.array([solver.value(x) for x in pos], np.int64)
     alloc_order = st.alloc[np.argsort(p, kind="stable")]
     return complete_order(dag, alloc_order)
-
-
-def _trivial(dag: SignedDAG, t0: float, name: str) -> ExactResult | None:
-    if np.count_nonzero(~dag.is_release) == 0:
-        order = complete_order(dag, [])
-        p = dag_peak(dag, order)
-        return ExactResult(order, p, p, True, name, time.perf_counter() - t0, {})
-    return None
 
 
 def solve_cpsat(dag: SignedDAG, *, time_limit: float = 10.0, initial_order=None, lower_bound: int | None = None,
@@ -266,10 +204,10 @@ def solve_cpsat(dag: SignedDAG, *, time_limit: float = 10.0, initial_order=None,
     from ortools.sat.python import cp_model
 
     t0 = time.perf_counter()
-    triv = _trivial(dag, t0, "cpsat")
+    triv = trivial_result(dag, t0, "cpsat")
     if triv is not None:
         return triv
-    st = _structure(dag)
+    st = ordering_structure(dag)
     if initial_order is None:
         # an incumbent, so that a valid order comes back even when the time runs out first
         from memopt.schedule.greedy import greedy_dag_order
@@ -325,10 +263,10 @@ def cpsat_peak_at_most(dag: SignedDAG, bound: int, *, time_limit: float = 10.0, 
     t0 = time.perf_counter()
     if bound < dag.base:
         return False, None
-    triv = _trivial(dag, t0, "cpsat")
+    triv = trivial_result(dag, t0, "cpsat")
     if triv is not None:
         return (triv.peak <= bound, triv.order if triv.peak <= bound else None)
-    st = _structure(dag)
+    st = ordering_structure(dag)
     if st.literals() > MAX_LITERALS:
         return None, None
     try:
@@ -347,3 +285,12 @@ def cpsat_peak_at_most(dag: SignedDAG, bound: int, *, time_limit: float = 10.0, 
     if status == cp_model.INFEASIBLE:
         return False, None
     return None, None
+
+
+def cpsat_method(problem, *, time_limit: float = 10.0, incumbent=None, lower_bound=None, seed: int = 0):
+    """Registry method ``cpsat``: :func:`solve_cpsat` warm-started with the incumbent."""
+    from memopt.schedule.result import exact_result
+
+    init = problem.to_full(incumbent) if incumbent is not None else None
+    return exact_result(problem, solve_cpsat(problem.dag, time_limit=time_limit, initial_order=init,
+                                             lower_bound=lower_bound, seed=seed))

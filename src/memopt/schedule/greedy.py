@@ -39,18 +39,21 @@ from __future__ import annotations
 
 from typing import Sequence
 
-import numba
 import numpy as np
+
+from memopt import _jit
+from memopt._jit import kernel
 
 from memopt.core.signed_dag import SignedDAG, complete_order, dag_peak, dag_order_from_op_order, graph_to_dag, op_order_from_dag_order
 from memopt.core.tensor_graph import TensorGraph
+from memopt.errors import InternalError, OptionError
 
 __all__ = ["greedy_dag_order", "greedy_order", "RULES"]
 
 RULES = ("net", "peak", "ref")
 
 
-@numba.njit(cache=True, inline="always")
+@kernel(inline="always")
 def _less(a1, a2, a3, b1, b2, b3):
     if a1 != b1:
         return a1 < b1
@@ -59,7 +62,7 @@ def _less(a1, a2, a3, b1, b2, b3):
     return a3 < b3
 
 
-@numba.njit(cache=True)
+@kernel
 def _push(k1, k2, hv, size, x1, x2, v):
     j = size
     while j > 0:
@@ -77,7 +80,7 @@ def _push(k1, k2, hv, size, x1, x2, v):
     return size + 1
 
 
-@numba.njit(cache=True)
+@kernel
 def _pop(k1, k2, hv, size):
     """Remove the top; returns the new size (the caller read the top before)."""
     size -= 1
@@ -104,7 +107,7 @@ def _pop(k1, k2, hv, size):
     return size
 
 
-@numba.njit(cache=True)
+@kernel
 def _emit(v, k, mem, peak, top, asz, bsz, order, done, deg, freed, stack, a1, a2, av, b1, b2, bv,
           succ_ptr, succ_idx, pred_ptr, pred_idx, delta, transient, is_rel, rule, rank):
     """Run node ``v``: append it, update the level and peak, and make its successors ready
@@ -138,7 +141,7 @@ def _emit(v, k, mem, peak, top, asz, bsz, order, done, deg, freed, stack, a1, a2
     return k, mem, peak, top, asz, bsz
 
 
-@numba.njit(cache=True)
+@kernel
 def _greedy_kernel(succ_ptr, succ_idx, pred_ptr, pred_idx, delta, transient, base, rule, rank):
     n = delta.shape[0]
     deg = np.empty(n, np.int64)
@@ -221,11 +224,13 @@ def greedy_dag_order(dag: SignedDAG, rules: Sequence[str] = RULES, reference: Se
     best, best_peak = None, None
     for rule in rules:
         if rule not in RULES:
-            raise ValueError(f"unknown greedy rule {rule!r}; choose from {RULES}")
-        order, pk = _greedy_kernel(dag.succ_ptr, dag.succ_idx, dag.pred_ptr, dag.pred_idx,
+            raise OptionError(f"unknown greedy rule {rule!r}; choose from {', '.join(RULES)}")
+    greedy_kernel = _jit.choose(_greedy_kernel, dag.n)
+    for rule in rules:
+        order, pk = greedy_kernel(dag.succ_ptr, dag.succ_idx, dag.pred_ptr, dag.pred_idx,
                                    dag.delta, dag.transient, np.int64(dag.base), RULES.index(rule), rank)
         if order.shape[0] != dag.n:  # only on a cyclic DAG, which SignedDAG.build rejects
-            raise RuntimeError("greedy scheduler did not cover the DAG")
+            raise InternalError("greedy-covers-dag", f"greedy rule {rule!r} scheduled {order.shape[0]} of {dag.n} nodes")
         if best is None or pk < best_peak:
             best, best_peak = order, int(pk)
     if "ref" in rules:
@@ -246,3 +251,12 @@ def greedy_order(graph: TensorGraph, rules: Sequence[str] = RULES, reference: Se
     if reference is not None:
         ref = dag_order_from_op_order(gd, np.asarray(reference, dtype=np.int64))
     return op_order_from_dag_order(gd, greedy_dag_order(gd.dag, rules, ref))
+
+
+def greedy_method(problem, *, time_limit: float = 0.0, incumbent=None, lower_bound=None, seed: int = 0):
+    """Registry method ``greedy``: :func:`greedy_dag_order` with the input order as its
+    reference rule (so it never returns anything worse than the input order)."""
+    from memopt.schedule.result import order_result
+
+    ref = problem.to_full(problem.input_order) if problem.input_order is not None else None
+    return order_result(problem, problem.from_full(greedy_dag_order(problem.dag, reference=ref)))

@@ -63,10 +63,14 @@ from __future__ import annotations
 
 import time
 
-import numba
 import numpy as np
 
+from memopt import _jit
+from memopt._jit import kernel
+
 from memopt.core.signed_dag import SignedDAG, dag_peak, validate_node_order
+from memopt.core.closure import dinic
+from memopt.core.structure import reachability, release_owners
 from memopt.schedule.result import ExactResult
 
 INF = np.iinfo(np.int64).max // 4
@@ -77,7 +81,21 @@ _MEMO_BYTES = 192 * 1024 * 1024
 MAX_SEARCH_NODES = 20000
 
 
-@numba.njit(cache=True)
+_MASK64 = (1 << 64) - 1
+
+
+def _hash_pure(key):
+    """:func:`_hash` for the pure-Python twin: the same 64-bit arithmetic on masked Python ints
+    (numpy scalars would warn on the intended wrap-around)."""
+    h = 1469598103934665603
+    for w in key.tolist():
+        h ^= w
+        h = (h * 1099511628211) & _MASK64
+        h ^= h >> 29
+    return np.uint64(h)
+
+
+@kernel(pure=_hash_pure)
 def _hash(key):
     h = np.uint64(1469598103934665603)
     for w in range(key.shape[0]):
@@ -87,7 +105,7 @@ def _hash(key):
     return h
 
 
-@numba.njit(cache=True)
+@kernel
 def _memo_find(keys, used, key):
     cap = used.shape[0]
     i = np.int64(_hash(key) & np.uint64(cap - 1))
@@ -108,7 +126,7 @@ def _memo_find(keys, used, key):
 _TLEN, _MEM, _ADONE, _DEPTH, _ENTER, _EXP, _THR, _B, _NALLOC, _MINDEPTH, _MAXDEPTH = range(11)
 
 
-@numba.njit(cache=True)
+@kernel
 def _run_cascade(v, done, deg, trail, tlen, mem, delta, succ_ptr, succ_idx, is_rel):
     """Run node v, then every release it makes ready (transitively). Returns (tlen, mem)."""
     done[v] = True
@@ -133,7 +151,7 @@ def _run_cascade(v, done, deg, trail, tlen, mem, delta, succ_ptr, succ_idx, is_r
     return tlen, mem
 
 
-@numba.njit(cache=True)
+@kernel
 def _unrun(L, done, deg, trail, tlen, mem, delta, succ_ptr, succ_idx):
     """Take back the nodes of the trail after position L. Returns (tlen, mem)."""
     while tlen > L:
@@ -146,7 +164,7 @@ def _unrun(L, done, deg, trail, tlen, mem, delta, succ_ptr, succ_idx):
     return tlen, mem
 
 
-@numba.njit(cache=True)
+@kernel
 def _account(L, tlen, trail, sign, is_rel, alloc_slot, key, D, gplus, use_lb):
     """Key bits and state-bound sums of trail[L:tlen] (sign +1: added, -1: removed)."""
     cnt = 0
@@ -167,7 +185,7 @@ def _account(L, tlen, trail, sign, is_rel, alloc_slot, key, D, gplus, use_lb):
     return sign * cnt
 
 
-@numba.njit(cache=True)
+@kernel
 def _start(sc, B, base, delta, succ_ptr, succ_idx, indeg0, is_rel, done, deg, trail, key, D, f_tlen, f_e):
     """Reset the search state to the root (releases ready at the start already run)."""
     n = delta.shape[0]
@@ -194,13 +212,14 @@ def _start(sc, B, base, delta, succ_ptr, succ_idx, indeg0, is_rel, done, deg, tr
     f_e[0] = INF
 
 
-@numba.njit(cache=True)
+@kernel
 def _state_trap(v, done, anc_v, desc_v, delta, trans, base, pred_ptr, pred_idx,
                 first, arc_to, arc_cap, arc_next, level, it, queue, path, cap_at=-1):
     """Trap bound of node ``v`` given the current ideal (``done``): the least memory while
     ``v`` runs over every ideal that contains the current one and the ancestors of ``v``
     and no descendant of ``v``. One minimum cut (Picard's closure network, Dinic's
-    algorithm); see :mod:`memopt.bounds.trap` for the construction. With ``cap_at >= 0``,
+    algorithm, the one max flow of :mod:`memopt.core.closure`); the network is that module's
+    Picard network, built here straight into the residual arrays from the search state. With ``cap_at >= 0``,
     returns early an upper estimate ``<= cap_at`` when one exists (enough to decide ``<= B``).
     """
     n = delta.shape[0]
@@ -241,68 +260,11 @@ def _state_trap(v, done, anc_v, desc_v, delta, trans, base, pred_ptr, pred_idx,
                 # x in the ideal forces its predecessor p in: x -> p, infinite
                 arc_to[na] = p; arc_cap[na] = BIG; arc_next[na] = first[x]; first[x] = na; na += 1
                 arc_to[na] = x; arc_cap[na] = 0; arc_next[na] = first[p]; first[p] = na; na += 1
-    flow = np.int64(0)
-    while True:
-        # BFS levels on the residual network
-        for x in range(n + 2):
-            level[x] = -1
-        level[s] = 0
-        qh = 0
-        qt = 0
-        queue[qt] = s
-        qt += 1
-        while qh < qt:
-            u = queue[qh]
-            qh += 1
-            a = first[u]
-            while a != -1:
-                if arc_cap[a] > 0 and level[arc_to[a]] < 0:
-                    level[arc_to[a]] = level[u] + 1
-                    queue[qt] = arc_to[a]
-                    qt += 1
-                a = arc_next[a]
-        if level[t] < 0:
-            break
-        for x in range(n + 2):
-            it[x] = first[x]
-        # blocking flow by repeated augmenting paths along the level graph
-        while True:
-            depth = 0
-            u = s
-            found = False
-            while True:
-                if u == t:
-                    found = True
-                    break
-                a = it[u]
-                while a != -1 and not (arc_cap[a] > 0 and level[arc_to[a]] == level[u] + 1):
-                    a = arc_next[a]
-                it[u] = a
-                if a == -1:
-                    if depth == 0:
-                        break
-                    level[u] = -1  # dead end
-                    depth -= 1
-                    u = arc_to[path[depth] ^ 1]
-                    it[u] = arc_next[it[u]]
-                    continue
-                path[depth] = a
-                depth += 1
-                u = arc_to[a]
-            if not found:
-                break
-            f = BIG
-            for k in range(depth):
-                if arc_cap[path[k]] < f:
-                    f = arc_cap[path[k]]
-            for k in range(depth):
-                arc_cap[path[k]] -= f
-                arc_cap[path[k] ^ 1] += f
-            flow += f
+    flow = dinic(n + 2, s, t, first, arc_to, arc_cap, arc_next, level, it, queue, path)
     return w_in + flow
 
 
-@numba.njit(cache=True)
+@kernel
 def _search(sc, max_expand, delta, trans, succ_ptr, succ_idx, is_rel, alloc_slot, gplus, lb_static, use_lb,
             done, deg, trail, key, D, f_tlen, f_e, f_cptr, f_next, f_key, cbuf, ck1, ck2,
             memo_keys, memo_thr, memo_used, memo_count,
@@ -484,48 +446,6 @@ def _search(sc, max_expand, delta, trans, succ_ptr, succ_idx, is_rel, alloc_slot
             f_e[depth] = e_val
 
 
-def reachability(dag: SignedDAG) -> np.ndarray:
-    """Dense boolean matrix ``R[u, v]`` = there is a path from ``u`` to ``v`` (u != v)."""
-    n = dag.n
-    words = (n + 63) // 64
-    bits = np.zeros((n, words), np.uint64)
-    topo = dag.topological_order()
-    for v in topo[::-1]:
-        v = int(v)
-        for s in dag.succ(v):
-            s = int(s)
-            bits[v] |= bits[s]
-            bits[v, s >> 6] |= np.uint64(1) << np.uint64(s & 63)
-    R = np.unpackbits(bits.view(np.uint8), axis=1, bitorder="little")[:, :n].astype(np.bool_)
-    return R
-
-
-def release_owners(dag: SignedDAG, is_rel: np.ndarray | None = None) -> np.ndarray:
-    """For each release node, an allocating ancestor it cannot run without (-1: none).
-
-    The owner is the topologically first allocating predecessor (for a tensor graph: the
-    producer of the freed tensor); a release without one inherits the owner of a release
-    predecessor.
-    """
-    is_rel = dag.is_release if is_rel is None else is_rel
-    topo = dag.topological_order()
-    pos = np.empty(dag.n, np.int64)
-    pos[topo] = np.arange(dag.n, dtype=np.int64)
-    owner = np.full(dag.n, -1, np.int64)
-    for r in topo:
-        r = int(r)
-        if not is_rel[r]:
-            continue
-        best, best_pos = -1, None
-        for p in dag.pred(r):
-            p = int(p)
-            cand = p if not is_rel[p] else int(owner[p])
-            if cand >= 0 and (best_pos is None or pos[cand] < best_pos):
-                best, best_pos = cand, pos[cand]
-        owner[r] = best
-    return owner
-
-
 def _group_bound_tables(dag: SignedDAG, is_rel: np.ndarray, R: np.ndarray):
     """Tables of the per-state lower bound of the ideal search.
 
@@ -619,11 +539,12 @@ class IdealSearch:
             work = [np.zeros(n + 2, np.int64), np.zeros(2 * (n + m) + 4, np.int64), np.zeros(2 * (n + m) + 4, np.int64),
                     np.zeros(2 * (n + m) + 4, np.int64)] + [np.zeros(n + 2, np.int64) for _ in range(4)]
             none_done = np.zeros(n, np.bool_)
+            state_trap = _jit.choose(_state_trap, n)
             for v in pool:
                 if self.root_traps and time.perf_counter() > setup_deadline:
                     break  # keep the time limit: rank only the nodes screened so far
                 v = int(v)
-                self.root_traps[v] = int(_state_trap(v, none_done, np.ascontiguousarray(R[:, v]), R[v], self.delta,
+                self.root_traps[v] = int(state_trap(v, none_done, np.ascontiguousarray(R[:, v]), R[v], self.delta,
                                                      self.trans, np.int64(dag.base), dag.pred_ptr, dag.pred_idx, *work))
             cand = np.array(sorted(self.root_traps, key=lambda v: (-self.root_traps[v], v))[:k], np.int64)
             self.crit = cand
@@ -634,6 +555,8 @@ class IdealSearch:
             self.R = self.RT = np.zeros((0, 0), np.bool_)
         self.dyn_traps = int(dyn_traps) if (self.use_lb and k > 0) else 0
         self.expansions = 0
+        # the search kernel: pure Python on small DAGs while it stays cheap (memopt._jit)
+        self._search = _jit.Adaptive(_search, n)
 
     def root_bound(self) -> int:
         """The state bounds at the empty ideal (a valid lower bound on the optimum)."""
@@ -694,7 +617,7 @@ class _Run:
         self.it = np.zeros(n + 2, np.int64)
         self.queue = np.zeros(n + 2, np.int64)
         self.path = np.zeros(n + 2, np.int64)
-        _start(self.sc, np.int64(bound), np.int64(d.base), s.delta, d.succ_ptr, d.succ_idx, s.indeg, s.is_rel,
+        _jit.choose(_start, n)(self.sc, np.int64(bound), np.int64(d.base), s.delta, d.succ_ptr, d.succ_idx, s.indeg, s.is_rel,
                self.done, self.deg, self.trail, self.key, self.D, self.f_tlen, self.f_e)
         if d.base > bound:  # the memory at the start already exceeds the bound
             self.status, self.threshold = 0, int(d.base)
@@ -709,7 +632,7 @@ class _Run:
             t0 = time.perf_counter()
             before = int(self.sc[_EXP])
             chunk = self.chunk if stop is None else max(1, min(self.chunk, stop - before))
-            st = _search(self.sc, np.int64(chunk), s.delta, s.trans, d.succ_ptr, d.succ_idx, s.is_rel,
+            st = s._search(self.sc, np.int64(chunk), s.delta, s.trans, d.succ_ptr, d.succ_idx, s.is_rel,
                          s.alloc_slot, s.gplus, s.lb_static, s.use_lb, self.done, self.deg, self.trail, self.key,
                          self.D,
                          self.f_tlen, self.f_e, self.f_cptr, self.f_next, self.f_key, self.cbuf, self.ck1, self.ck2,
@@ -739,28 +662,12 @@ class _Run:
         return self.status
 
 
-def _external_bound(dag: SignedDAG) -> int:
-    """The trap lower bounds of :mod:`memopt.bounds`, when that module is available."""
-    try:
-        from memopt.bounds import trap  # noqa: F401
-    except Exception:
-        return 0
-    best = 0
-    # the reverse trap equals the forward one node by node (memopt.bounds.trap), one suffices
-    for fname in ("forward_trap_bound",):
-        f = getattr(trap, fname, None)
-        if f is None:
-            continue
-        try:
-            val = f(dag)
-        except Exception:
-            continue
-        val = getattr(val, "value", getattr(val, "bound", val))
-        try:
-            best = max(best, int(val))
-        except (TypeError, ValueError):
-            continue
-    return best
+def _external_bound(dag: SignedDAG, time_limit: float) -> int:
+    """The forward trap bound of :mod:`memopt.bounds.trap` (the reverse trap equals it node by
+    node, so one suffices), within ``time_limit`` seconds."""
+    from memopt.bounds.trap import forward_trap_bound
+
+    return int(forward_trap_bound(dag, time_limit=time_limit).value)
 
 
 def ideal_search(dag: SignedDAG, *, time_limit: float = 10.0, initial_order=None, lower_bound: int | None = None,
@@ -819,7 +726,7 @@ def ideal_search(dag: SignedDAG, *, time_limit: float = 10.0, initial_order=None
         if hi is None or p < hi:
             best_order, hi = order, p
     if use_trap_bounds and lower_bound is None and lo < hi and time.perf_counter() < deadline:
-        lo = max(lo, _external_bound(dag))
+        lo = max(lo, _external_bound(dag, max(0.0, deadline - time.perf_counter())))
         stats["trap_bound"] = lo
     stats["initial_upper"] = int(hi)
     # Resumable decision searches share the table of dead ideals: one at B = lo (its success
@@ -864,3 +771,12 @@ def peak_at_most(dag: SignedDAG, bound: int, *, time_limit: float = 10.0):
     search = IdealSearch(dag)
     st, order, _ = search.decide(int(bound), time.perf_counter() + max(0.0, float(time_limit)))
     return ({1: True, 0: False}.get(st), order)
+
+
+def ideal_search_method(problem, *, time_limit: float = 10.0, incumbent=None, lower_bound=None, seed: int = 0):
+    """Registry method ``ideal-search``: :func:`ideal_search` warm-started with the incumbent."""
+    from memopt.schedule.result import exact_result
+
+    init = problem.to_full(incumbent) if incumbent is not None else None
+    return exact_result(problem, ideal_search(problem.dag, time_limit=time_limit, initial_order=init,
+                                              lower_bound=lower_bound))

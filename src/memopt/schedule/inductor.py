@@ -271,3 +271,30 @@ def inductor_best_order(graph: TensorGraph, baseline_order: Sequence[int] | None
     res = inductor_orders(graph, baseline_order)
     best = min(res.values(), key=lambda r: r[1])  # first minimum, like Inductor
     return best[0]
+
+
+# ---------------------------------------------------------------------------- registry methods
+def _graph_of(problem, name: str) -> TensorGraph:
+    from memopt.schedule.registry import NotApplicable
+
+    if problem.graph is None:
+        raise NotApplicable(f"method {name!r} schedules tensor graphs (Inductor's scheduler nodes and buffers), "
+                            f"not statement programs or bare DAGs")
+    return problem.graph
+
+
+def _inductor_method(name: str, fn):
+    def method(problem, *, time_limit: float = 0.0, incumbent=None, lower_bound=None, seed: int = 0):
+        from memopt.schedule.result import order_result
+
+        return order_result(problem, fn(_graph_of(problem, name), problem.baseline_order()))
+
+    method.__name__ = f"{name}_method"
+    method.__doc__ = f"Registry method ``{name}``: :func:`{fn.__name__}` on the input order."
+    return method
+
+
+lpmf_method = _inductor_method("lpmf", lpmf_order)
+bfs_method = _inductor_method("bfs", bfs_order)
+dfs_method = _inductor_method("dfs", dfs_order)
+inductor_method = _inductor_method("inductor", inductor_best_order)

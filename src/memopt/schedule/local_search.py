@@ -50,14 +50,19 @@ from __future__ import annotations
 import time
 from typing import Sequence
 
-import numba
 import numpy as np
+
+from memopt import _jit
+from memopt._jit import kernel
 
 from memopt.core.signed_dag import (SignedDAG, complete_order, dag_order_from_op_order, dag_peak, graph_to_dag,
                                     op_order_from_dag_order, validate_node_order)
 from memopt.core._kernels import complete_with_releases
 from memopt.core.tensor_graph import TensorGraph
-from memopt.errors import ScheduleError
+
+#: restarts of the walk without a new best after which :func:`local_search_method` stops
+#: (a restart happens after ``20 + allocating nodes / 5`` stuck rounds)
+PATIENCE = 3
 
 __all__ = ["local_search_dag", "local_search_order"]
 
@@ -65,7 +70,7 @@ _NEG = -(2 ** 62)
 _POS = 2 ** 62
 
 
-@numba.njit(cache=True)
+@kernel
 def _rebuild(order, delta, trans, base, P, run, pm, pc, sm, sc, slack):
     """Prefix sums ``P[k+1]`` (``P[0] = base``), profile ``run``, prefix/suffix maxima and
     counts of steps at the peak; returns (peak, count)."""
@@ -92,7 +97,7 @@ def _rebuild(order, delta, trans, base, P, run, pm, pc, sm, sc, slack):
     return peak, pc[n], thr
 
 
-@numba.njit(cache=True)
+@kernel
 def _block_window(i, b, order, pos, pred_ptr, pred_idx, succ_ptr, succ_idx, n):
     """Positions the block ``order[i:i+b]`` may move within: (first, last) free slot."""
     lo = 0
@@ -110,7 +115,7 @@ def _block_window(i, b, order, pos, pred_ptr, pred_idx, succ_ptr, succ_idx, n):
     return lo, hi
 
 
-@numba.njit(cache=True)
+@kernel
 def _move_block(order, pos, i, b, j, tmp):
     """Move ``order[i:i+b]`` so that it starts at ``j`` (j < i) or ends at ``j`` (j >= i+b)."""
     for k in range(b):
@@ -130,7 +135,7 @@ def _move_block(order, pos, i, b, j, tmp):
         pos[tmp[k]] = start + k
 
 
-@numba.njit(cache=True)
+@kernel
 def _best_block_move(i, b, lo, hi, order, delta, trans, base, P, run, pm, pc, sm, sc, peak, cnt, inner, thr):
     """Best place for the block ``order[i:i+b]`` within ``[lo, hi]`` that improves
     ``(peak, count)``; returns (peak, count, j) with ``j = -1`` when there is none."""
@@ -212,7 +217,7 @@ def _best_block_move(i, b, lo, hi, order, delta, trans, base, P, run, pm, pc, sm
     return bp, bc, bj
 
 
-@numba.njit(cache=True)
+@kernel
 def _closure_eval(i, b, j, order, delta, trans, P, mark, stamp, thr, earlier):
     """Count of steps at ``peak`` inside the segment after the closure move to ``j``
     (``mark[u] == stamp`` flags the ancestors, resp. descendants, that move along)."""
@@ -258,7 +263,7 @@ def _closure_eval(i, b, j, order, delta, trans, P, mark, stamp, thr, earlier):
     return c
 
 
-@numba.njit(cache=True)
+@kernel
 def _mark_closure(i, b, j, order, pred_ptr, pred_idx, succ_ptr, succ_idx, pos, mark, stamp):
     """Flag the nodes of the segment between ``j`` and the block that must move with it."""
     for k in range(i, i + b):
@@ -279,7 +284,7 @@ def _mark_closure(i, b, j, order, pred_ptr, pred_idx, succ_ptr, succ_idx, pos, m
                     break
 
 
-@numba.njit(cache=True)
+@kernel
 def _apply_closure(i, b, j, order, pos, mark, stamp, tmp):
     """Rewrite the segment: ancestors, block, others (earlier) / others, block, descendants."""
     m = 0
@@ -315,7 +320,7 @@ def _apply_closure(i, b, j, order, pos, mark, stamp, tmp):
             pos[tmp[k]] = i + k
 
 
-@numba.njit(cache=True)
+@kernel
 def _best_closure_move(i, b, order, delta, trans, base, P, run, pm, pc, sm, sc, peak, cnt, inner,
                        pred_ptr, pred_idx, succ_ptr, succ_idx, mark, stamp, thr, reach):
     """Best closure move of the block ``order[i:i+b]``: to an earlier place together with
@@ -449,7 +454,7 @@ def _best_closure_move(i, b, order, delta, trans, base, P, run, pm, pc, sm, sc, 
     return bp, bc, bj, bstamp, stamp
 
 
-@numba.njit(cache=True)
+@kernel
 def _normalize(order, pos, succ_ptr, succ_idx, indeg, is_rel, alloc):
     """Releases as early as possible, allocating nodes in their current order (in place)."""
     m = 0
@@ -463,7 +468,7 @@ def _normalize(order, pos, succ_ptr, succ_idx, indeg, is_rel, alloc):
         pos[out[k]] = k
 
 
-@numba.njit(cache=True)
+@kernel
 def _block_len(order, i, is_rel, n):
     b = 1
     while i + b < n and is_rel[order[i + b]]:
@@ -471,7 +476,7 @@ def _block_len(order, i, is_rel, n):
     return b
 
 
-@numba.njit(cache=True)
+@kernel(pure_max=64)  # a search: pure Python is ~50x slower per move, so only on small DAGs
 def _ils(order, best, delta, trans, base, pred_ptr, pred_idx, succ_ptr, succ_idx, rounds, kick_max, seed, first,
          closure, budget, stop, home, state, init, slack, reach, perm):
     """Up to ``rounds`` rounds of descent + kick on ``order`` (in place, releases as early as
@@ -638,7 +643,7 @@ def _ils(order, best, delta, trans, base, pred_ptr, pred_idx, succ_ptr, succ_idx
 def local_search_dag(dag: SignedDAG, initial_order: Sequence[int] | None = None, *, time_limit: float = 1.0,
                      seed: int = 0, max_rounds: int | None = None, kick_max: int | None = None,
                      lower_bound: int | None = None, closure: bool = True, slack: int = 0,
-                     reach: int | None = 120) -> tuple[np.ndarray, int]:
+                     reach: int | None = 120, patience: int | None = None) -> tuple[np.ndarray, int]:
     """Improve a full node order of ``dag``; returns ``(best order, its peak)``.
 
     ``initial_order`` is a full node order or an order of the allocating nodes only
@@ -648,7 +653,8 @@ def local_search_dag(dag: SignedDAG, initial_order: Sequence[int] | None = None,
     ``closure`` selects closure moves (else block moves only), ``reach`` bounds how far a
     closure move may jump (``None``: anywhere), ``kick_max`` the initial kick size and
     ``slack > 0`` counts the steps within ``(peak - base) / slack`` of the peak instead of
-    the steps at the peak as the secondary objective.
+    the steps at the peak as the secondary objective. ``patience``: stop once that many
+    rounds in a row found no better peak (the neighbourhood is exhausted; ``None``: never).
     """
     if initial_order is None:
         from memopt.schedule.greedy import greedy_dag_order
@@ -678,15 +684,20 @@ def local_search_dag(dag: SignedDAG, initial_order: Sequence[int] | None = None,
     state = np.array([0, 0, -1, 0, -1, 0], dtype=np.int64)
     perm = np.empty(n, np.int64)
     best_peak = dag_peak(dag, best, validate=False)
-    while rounds_left > 0 and best_peak > stop:
+    ils = _jit.choose(_ils, n)
+    stale = 0  # rounds since the best peak last improved
+    while rounds_left > 0 and best_peak > stop and (patience is None or stale < patience):
         t0 = time.perf_counter()
         if t0 >= deadline and not first:
             break
-        best_peak, _, done, evals = _ils(order, best, dag.delta, dag.transient, np.int64(dag.base), dag.pred_ptr,
+        best_before = best_peak
+        best_peak, _, done, evals = ils(order, best, dag.delta, dag.transient, np.int64(dag.base), dag.pred_ptr,
                                          dag.pred_idx, dag.succ_ptr, dag.succ_idx, rounds_left, kick_max, seed,
                                          first, closure, budget, np.int64(stop), home, state, init, slack,
                                          n if reach is None else int(reach), perm)
         best_peak = int(best_peak)
+        # a call that finished no round (a long or, with ``slack``, cycling descent) counts as one
+        stale = 0 if best_peak < best_before else stale + max(int(done), 1)
         first = False
         rounds_left -= done
         if evals < budget:
@@ -715,3 +726,25 @@ def local_search_order(graph: TensorGraph, initial_order: Sequence[int] | None =
                                 lower_bound=lower_bound, **options)
     ops = op_order_from_dag_order(gd, order)
     return ops, peak(graph, ops)
+
+
+def local_search_method(problem, *, time_limit: float = 1.0, incumbent=None, lower_bound=None, seed: int = 0,
+                        patience: int | None | str = "auto"):
+    """Registry method ``local-search``: :func:`local_search_dag` from the incumbent (default:
+    the greedy order). It stops when the peak reaches ``lower_bound``, when its
+    neighbourhood is exhausted (``patience="auto"``: :data:`PATIENCE` restarts of the walk
+    without a new best; ``None``: never), or at the time limit."""
+    from memopt.schedule.result import order_result
+
+    if incumbent is None:
+        from memopt.schedule.greedy import greedy_dag_order
+
+        start = greedy_dag_order(problem.dag)
+    else:
+        start = problem.to_full(incumbent)
+    n_alloc = problem.num_allocating
+    if patience == "auto":
+        patience = PATIENCE * (20 + n_alloc // 5)
+    full, _ = local_search_dag(problem.dag, start, time_limit=time_limit, seed=seed, lower_bound=lower_bound,
+                               patience=patience)
+    return order_result(problem, problem.from_full(full))

@@ -31,7 +31,7 @@ import time
 import numpy as np
 
 from memopt.core.signed_dag import SignedDAG, complete_order, dag_peak, validate_node_order
-from memopt.schedule.cpsat import MAX_LITERALS, _structure, _trivial
+from memopt.schedule.ordering_model import MAX_LITERALS, ordering_structure, trivial_result
 from memopt.schedule.result import ExactResult
 
 TRANSITIVITY_LIMIT = 30
@@ -49,10 +49,10 @@ def solve_scip(dag: SignedDAG, *, time_limit: float = 10.0, initial_order=None, 
     from pyscipopt import Model, quicksum
 
     t0 = time.perf_counter()
-    triv = _trivial(dag, t0, "scip")
+    triv = trivial_result(dag, t0, "scip")
     if triv is not None:
         return triv
-    st = _structure(dag)
+    st = ordering_structure(dag)
     A, R, sc = st.alloc, st.reach, st.scale
     na = A.shape[0]
     delta = dag.delta.astype(np.int64) // sc
@@ -227,3 +227,12 @@ def solve_scip(dag: SignedDAG, *, time_limit: float = 10.0, initial_order=None, 
         return ExactResult(None, None, lo, False, "scip", time.perf_counter() - t0, stats)
     lo = min(lo, best)
     return ExactResult(best_order, int(best), int(lo), bool(lo == best), "scip", time.perf_counter() - t0, stats)
+
+
+def scip_method(problem, *, time_limit: float = 10.0, incumbent=None, lower_bound=None, seed: int = 0):
+    """Registry method ``scip``: :func:`solve_scip` warm-started with the incumbent."""
+    from memopt.schedule.result import exact_result
+
+    init = problem.to_full(incumbent) if incumbent is not None else None
+    return exact_result(problem, solve_scip(problem.dag, time_limit=time_limit, initial_order=init,
+                                            lower_bound=lower_bound))

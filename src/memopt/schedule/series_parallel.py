@@ -52,9 +52,10 @@ from collections import deque
 import numpy as np
 
 from memopt.core.tensor_graph import TensorGraph
-from memopt.schedule.trees import NotApplicable, attributable_effects, merge_chains
+from memopt.schedule.registry import NotApplicable, TimeLimitReached, deadline_checker
+from memopt.schedule.trees import attributable_effects, merge_chains
 
-__all__ = ["series_parallel_order", "is_series_parallel", "sp_chain", "NotApplicable"]
+__all__ = ["series_parallel_order", "is_series_parallel", "sp_chain", "NotApplicable", "series_parallel_method"]
 
 
 class _Par:
@@ -66,20 +67,41 @@ class _Par:
         self.branches = branches
 
 
+class _Cat:
+    """A series composition not yet flattened (concatenating lists at every reduction would
+    make a long chain quadratic)."""
+
+    __slots__ = ("parts",)
+
+    def __init__(self, parts):
+        self.parts = parts
+
+
 def _interior(tree, rise, net) -> list[int]:
-    """The schedule of an edge's interior: a list (series) or a pending parallel merge."""
-    if isinstance(tree, _Par):
-        chains = [_interior(b, rise, net) for b in tree.branches]
-        chains = [c for c in chains if c]
-        if not chains:
-            return []
-        return merge_chains(rise, net, chains)
-    return tree
+    """The schedule of an edge's interior: a list, a pending series concatenation or a
+    pending parallel merge (series parts are flattened without recursion)."""
+    out: list[int] = []
+    stack = [tree]
+    while stack:
+        t = stack.pop()
+        if isinstance(t, _Cat):
+            stack.extend(reversed(t.parts))
+        elif isinstance(t, _Par):
+            chains = [_interior(b, rise, net) for b in t.branches]
+            chains = [c for c in chains if c]
+            if chains:
+                out.extend(merge_chains(rise, net, chains))
+        else:
+            out.extend(t)
+    return out
 
 
-def sp_chain(succ: list[set[int]], rise, net, source: int, sink: int) -> list[int] | None:
+def sp_chain(succ: list[set[int]], rise, net, source: int, sink: int, *,
+             deadline: float | None = None) -> list[int] | None:
     """Least-peak order of the nodes strictly between ``source`` and ``sink`` of a TTSP
-    digraph (``succ`` adjacency sets, modified), or ``None`` when it is not TTSP."""
+    digraph (``succ`` adjacency sets, modified), or ``None`` when it is not TTSP.
+    Raises :class:`TimeLimitReached` past ``deadline`` (a ``time.perf_counter()`` value)."""
+    check = deadline_checker(deadline)
     n = len(succ)
     pred: list[set[int]] = [set() for _ in range(n)]
     for u in range(n):
@@ -89,14 +111,13 @@ def sp_chain(succ: list[set[int]], rise, net, source: int, sink: int) -> list[in
     queue = deque(v for v in range(n) if v not in (source, sink) and len(pred[v]) == 1 and len(succ[v]) == 1)
     alive = n
     while queue:
+        check()
         x = queue.popleft()
         if len(pred[x]) != 1 or len(succ[x]) != 1 or x in (source, sink):
             continue
         u = next(iter(pred[x]))
         w = next(iter(succ[x]))
-        left = _interior(edge.pop((u, x)), rise, net)
-        right = _interior(edge.pop((x, w)), rise, net)
-        series = left + [x] + right
+        series = _Cat([edge.pop((u, x)), [x], edge.pop((x, w))])
         succ[u].discard(x)
         pred[w].discard(x)
         pred[x].clear()
@@ -145,7 +166,7 @@ def is_series_parallel(graph: TensorGraph) -> bool:
     return sp_chain(succ, zeros, zeros, src, snk) is not None
 
 
-def series_parallel_order(graph: TensorGraph) -> np.ndarray:
+def series_parallel_order(graph: TensorGraph, *, deadline: float | None = None) -> np.ndarray:
     """Least-peak op order of an attributable series-parallel tensor graph (module docstring).
 
     Raises :class:`~memopt.schedule.trees.NotApplicable` outside that class.
@@ -160,7 +181,22 @@ def series_parallel_order(graph: TensorGraph) -> np.ndarray:
     rise = np.concatenate([eff[0], [0, 0]])
     net = np.concatenate([eff[1], [0, 0]])
     succ, src, snk = _augmented(graph)
-    chain = sp_chain(succ, rise, net, src, snk)
+    chain = sp_chain(succ, rise, net, src, snk, deadline=deadline)
     if chain is None:
         raise NotApplicable("the op graph (with a virtual source and sink) is not two-terminal series-parallel")
     return np.asarray(chain, dtype=np.int64)
+
+
+def series_parallel_method(problem, *, time_limit: float = 10.0, incumbent=None, lower_bound=None, seed: int = 0):
+    """Registry method ``series-parallel``: :func:`series_parallel_order` within the time limit."""
+    import time
+
+    from memopt.schedule.result import MethodResult, order_result
+
+    if problem.graph is None:
+        raise NotApplicable("the series-parallel algorithm schedules tensor graphs")
+    try:
+        order = series_parallel_order(problem.graph, deadline=time.perf_counter() + max(0.0, float(time_limit)))
+    except TimeLimitReached:
+        return MethodResult(order=None, peak=None, stats={"timed_out": True})
+    return order_result(problem, order, exact_on_class=True)

@@ -61,14 +61,10 @@ from __future__ import annotations
 import numpy as np
 
 from memopt.core.tensor_graph import TensorGraph
-from memopt.errors import ScheduleError
+from memopt.schedule.registry import NotApplicable, TimeLimitReached, deadline_checker
 
 __all__ = ["NotApplicable", "attributable_effects", "is_in_tree", "is_out_tree", "liu_tree_order",
-           "liu_forest_order", "hill_valley_segments", "merge_chains"]
-
-
-class NotApplicable(ScheduleError):
-    """The graph is not in the class an algorithm is exact for."""
+           "liu_forest_order", "hill_valley_segments", "merge_chains", "liu_method"]
 
 
 def attributable_effects(graph: TensorGraph) -> tuple[np.ndarray, np.ndarray] | None:
@@ -82,26 +78,23 @@ def attributable_effects(graph: TensorGraph) -> tuple[np.ndarray, np.ndarray] | 
     n = graph.num_ops
     rise = graph.op_output_bytes.astype(np.int64) + graph.op_workspace
     net = np.zeros(n, np.int64)
+    # each (tensor, consumer) pair appears once in the CSR (inputs are de-duplicated per op)
     ncons = np.diff(graph.cons_ptr)
-    for t in np.flatnonzero((graph.tensor_size > 0) & ~graph.tensor_resident):
-        s = int(graph.tensor_size[t])
-        p = int(graph.tensor_producer[t])
-        cons = np.unique(graph.consumers_of(t))
-        if p >= 0:
-            if graph.tensor_output[t]:
-                net[p] += s
-            elif cons.size == 1:
-                net[p] += s
-                net[int(cons[0])] -= s
-            elif cons.size >= 2:
-                return None
-            # no consumer: held only while p runs (already in rise)
-        else:
-            if graph.tensor_output[t] or ncons[t] == 0:
-                continue  # constant, or live at the start only
-            if cons.size >= 2:
-                return None
-            net[int(cons[0])] -= s
+    size = graph.tensor_size.astype(np.int64)
+    prod = graph.tensor_producer
+    live = (size > 0) & ~graph.tensor_resident
+    out = graph.tensor_output
+    produced = live & (prod >= 0)
+    inputs = live & (prod < 0) & ~out
+    if np.any((produced & ~out & (ncons >= 2)) | (inputs & (ncons >= 2))):
+        return None  # a tensor freed by whichever of two readers runs last
+    first = graph.cons_idx[np.minimum(graph.cons_ptr[:-1], max(graph.cons_idx.shape[0] - 1, 0))] \
+        if graph.cons_idx.shape[0] else np.zeros(size.shape[0], np.int64)
+    gain = produced & (out | (ncons == 1))          # held after its producer ran
+    np.add.at(net, prod[gain], size[gain])
+    freed = (produced & ~out & (ncons == 1)) | (inputs & (ncons == 1))   # freed by its one reader
+    np.add.at(net, first[freed], -size[freed])
+    # a produced tensor with no consumer is held only while its producer runs (in rise)
     return rise, net
 
 
@@ -204,9 +197,11 @@ def merge_chains(rise, net, chains: list[list[int]]) -> list[int]:
     return out
 
 
-def liu_forest_order(children: list[list[int]], rise, net) -> list[int]:
+def liu_forest_order(children: list[list[int]], rise, net, *, deadline: float | None = None) -> list[int]:
     """Liu's algorithm on an in-forest given as ``children[v]`` (each node has at most one
-    parent): every node after its children, least peak of ``prefix(net) + rise``."""
+    parent): every node after its children, least peak of ``prefix(net) + rise``.
+    Raises :class:`TimeLimitReached` past ``deadline`` (a ``time.perf_counter()`` value)."""
+    check = deadline_checker(deadline)
     n = len(children)
     parent = np.full(n, -1, np.int64)
     for v, cs in enumerate(children):
@@ -218,11 +213,13 @@ def liu_forest_order(children: list[list[int]], rise, net) -> list[int]:
     stack = [v for v in range(n) if pending[v] == 0]
     roots = []
     while stack:
+        check()
         v = stack.pop()
         subs = [chains[c] for c in children[v]]
         for c in children[v]:
             chains[c] = None
-        merged = merge_chains(rise, net, subs) if subs else []
+        # a single child's chain is taken over, not copied: a long chain stays linear
+        merged = subs[0] if len(subs) == 1 else merge_chains(rise, net, subs) if subs else []
         merged.append(v)
         chains[v] = merged
         p = int(parent[v])
@@ -236,10 +233,11 @@ def liu_forest_order(children: list[list[int]], rise, net) -> list[int]:
     return merge_chains(rise, net, [chains[r] for r in roots]) if roots else []
 
 
-def liu_tree_order(graph: TensorGraph) -> np.ndarray:
+def liu_tree_order(graph: TensorGraph, *, deadline: float | None = None) -> np.ndarray:
     """Optimal op order of an in-forest or out-forest tensor graph (see the module docstring).
 
-    Raises :class:`NotApplicable` when the graph is in neither class.
+    Raises :class:`NotApplicable` when the graph is in neither class, and
+    :class:`TimeLimitReached` past ``deadline`` (a ``time.perf_counter()`` value).
     """
     eff = attributable_effects(graph)
     if eff is None:
@@ -253,12 +251,28 @@ def liu_tree_order(graph: TensorGraph) -> np.ndarray:
         children: list[list[int]] = [[] for _ in range(n)]
         for a, b in zip(s.tolist(), d.tolist()):
             children[b].append(a)
-        return np.asarray(liu_forest_order(children, rise, net), dtype=np.int64)
+        return np.asarray(liu_forest_order(children, rise, net, deadline=deadline), dtype=np.int64)
     if np.all(in_deg <= 1):
         children = [[] for _ in range(n)]
         for a, b in zip(s.tolist(), d.tolist()):
             children[a].append(b)
-        order = liu_forest_order(children, rise - net, -net)
+        order = liu_forest_order(children, rise - net, -net, deadline=deadline)
         return np.asarray(order[::-1], dtype=np.int64)
     raise NotApplicable("the op graph is neither an in-forest (one successor per op) "
                         "nor an out-forest (one predecessor per op)")
+
+
+def liu_method(problem, *, time_limit: float = 10.0, incumbent=None, lower_bound=None, seed: int = 0):
+    """Registry method ``liu``: :func:`liu_tree_order` (optimal when it applies, Liu 1987; the
+    portfolio still proves the result with a checkable bound rather than trusting the class)."""
+    import time
+
+    from memopt.schedule.result import MethodResult, order_result
+
+    if problem.graph is None:
+        raise NotApplicable("Liu's algorithm schedules tensor graphs")
+    try:
+        order = liu_tree_order(problem.graph, deadline=time.perf_counter() + max(0.0, float(time_limit)))
+    except TimeLimitReached:
+        return MethodResult(order=None, peak=None, stats={"timed_out": True})
+    return order_result(problem, order, exact_on_class=True)

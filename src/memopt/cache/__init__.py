@@ -1,0 +1,25 @@
+"""Bounded-memory caches (DESIGN 1.7): request traces, eviction policies, offline optima and
+residency certificates for expert offloading.
+
+* :func:`load_routes` reads MoE expert-routing logs (object = ``(layer, expert)``),
+  :func:`load_requests` / :func:`dump_requests` the ``memopt-requests`` format
+  (:mod:`memopt.cache.routes`, ``docs/cache.md``);
+* :func:`simulate` runs LRU, LFU, LRU-k or Belady (:mod:`memopt.cache.policies`);
+* :func:`offline_optimum` (exact MIP, CP-SAT) and :func:`flow_lower_bound` (FOO-style
+  min-cost flow) give the least traffic any policy needs (:mod:`memopt.cache.offline`);
+* :func:`certify_residency` / :func:`verify_residency_certificate` build and check the
+  residency certificate (:mod:`memopt.cache.certificate`).
+"""
+
+from memopt.cache.certificate import (CERT_FORMAT, certify_residency, parse_envelopes,
+                                      verify_residency_certificate)
+from memopt.cache.offline import (FlowBound, OfflineResult, flow_lower_bound, offline_optimum,
+                                  schedule_traffic)
+from memopt.cache.policies import POLICIES, SimResult, belady, simulate
+from memopt.cache.routes import (RequestTrace, dump_requests, load_requests, load_routes,
+                                 make_trace, parse_requests)
+
+__all__ = ["RequestTrace", "make_trace", "load_routes", "load_requests", "parse_requests",
+           "dump_requests", "POLICIES", "SimResult", "simulate", "belady", "OfflineResult",
+           "FlowBound", "offline_optimum", "flow_lower_bound", "schedule_traffic",
+           "CERT_FORMAT", "certify_residency", "verify_residency_certificate", "parse_envelopes"]

@@ -1,0 +1,7 @@
+"""``python -m memopt.cli``."""
+
+import sys
+
+from memopt.cli import main
+
+sys.exit(main())

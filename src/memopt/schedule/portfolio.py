@@ -1,0 +1,255 @@
+"""The ``auto`` and ``exact`` portfolios: decide from the instance what to run, stop when proved.
+
+A :class:`Session` is one scheduling call's shared state: the problem, one deadline, the
+candidate orders found so far (each re-evaluated exactly), the named baselines, every lower
+bound (with its witness), and what exact search proved. Registered methods
+(:mod:`memopt.schedule.registry`) run inside it through :meth:`Session.run`, which hands each
+the best order so far as its incumbent and the best bound as its target, so that every
+anytime or exact method stops as soon as its result is proved.
+
+``auto`` (the default of :func:`memopt.schedule`):
+
+1. the named baselines (input order; Inductor's ``lpmf``, ``bfs``, ``dfs``, best-of) and the
+   algorithms optimal on a class (Liu's for trees, series-parallel) when they apply, then
+   the greedy list scheduler — all near-linear;
+2. the simple bounds and the forward trap bound (one minimum cut per node, pruned); most
+   real training graphs are **certified** here, in milliseconds;
+3. on small instances (at most :data:`SMALL_EXACT` allocating nodes) the exact ideal-lattice
+   search, which proves them in milliseconds;
+4. otherwise, or if a gap remains: local search (stops at the bound or when its
+   neighbourhood is exhausted), the pair trap bound (only while a gap remains), the exact
+   search warm-started with the incumbent and the bound, and local search again from the
+   best order with all the time left (no exhaustion stop: on large graphs its improvements
+   come after long plateaus).
+
+``exact`` is the same with the time given to proof: a shorter local search, then exact
+search with everything left. The time shares are caps, not reservations: every stage stops
+early when the gap closes, and later stages get what earlier ones did not use.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from memopt.errors import ScheduleError
+from memopt.schedule.registry import NotApplicable, get_method, methods
+from memopt.schedule.result import MethodResult
+
+__all__ = ["Session", "auto", "exact", "SMALL_EXACT"]
+
+#: allocating nodes up to which ``auto`` runs the exact search right after the first bounds
+SMALL_EXACT = 200
+#: time kept per DAG node and edge for the independent check of the result
+VERIFY_SECONDS_PER_ITEM = 1e-5
+
+
+class Session:
+    """One scheduling call: a problem, a deadline, candidates, baselines, bounds.
+
+    ``progress`` is a :class:`memopt._progress.Progress` (or ``None``).
+    """
+
+    def __init__(self, problem, time_limit: float, *, seed: int = 0, progress=None, start: float | None = None):
+        self.problem = problem
+        self.t0 = time.perf_counter() if start is None else start
+        # the independent check of the result is part of the call: keep time for it (it is
+        # linear in the DAG, about VERIFY_SECONDS_PER_ITEM per node and edge, in pure Python)
+        items = problem.dag.n + int(problem.dag.pred_ptr[-1])
+        reserve = min(0.5 * float(time_limit), VERIFY_SECONDS_PER_ITEM * items)
+        self.deadline = self.t0 + float(time_limit) - reserve
+        self.seed = seed
+        self.progress = progress
+        self.candidates: dict[str, tuple[np.ndarray, int]] = {}
+        self.baselines: dict[str, int] = {}
+        self.bounds: list = []          # Bound objects with their witnesses
+        self.proven: int | None = None  # a bound proved by an exact method (no witness)
+        self.stats: dict = {}
+
+    # -------------------------------------------------------------- clock and state
+    def remaining(self) -> float:
+        return max(0.0, self.deadline - time.perf_counter())
+
+    def status(self, text: str) -> None:
+        if self.progress is not None:
+            self.progress.set_status(text)
+
+    def best(self) -> tuple[str | None, np.ndarray | None, int | None]:
+        """The best candidate (the first found wins a tie)."""
+        if not self.candidates:
+            return None, None, None
+        name = min(self.candidates, key=lambda k: self.candidates[k][1])
+        order, peak = self.candidates[name]
+        return name, order, peak
+
+    def lower(self) -> int:
+        """The best lower bound so far (witnessed or proved)."""
+        vals = [int(self.problem.dag.base)] + [int(b.value) for b in self.bounds]
+        if self.proven is not None:
+            vals.append(self.proven)
+        return max(vals)
+
+    def closed(self) -> bool:
+        """True when the best order's peak meets the best bound: nothing left to do."""
+        _, _, pk = self.best()
+        return pk is not None and pk <= self.lower()
+
+    def gap(self) -> int | None:
+        _, _, pk = self.best()
+        return None if pk is None else pk - self.lower()
+
+    # -------------------------------------------------------------- running methods
+    def consider(self, name: str, order) -> int:
+        order = np.asarray(order, np.int64)
+        pk = int(self.problem.peak(order))  # validates and evaluates exactly, whatever the method claimed
+        self.candidates[name] = (order, pk)
+        return pk
+
+    def run(self, name: str, time_limit: float | None = None, *, baseline: bool = False,
+            seed: int | None = None, **options) -> MethodResult | None:
+        """Run registered method ``name`` with the best order as incumbent and the best bound as
+        target; record its order (and, for exact methods, what it proved). ``None`` when the
+        method does not apply to the problem. ``options`` go to the method (its own keywords
+        beyond the registry signature)."""
+        method = get_method(name)
+        budget = self.remaining() if time_limit is None else max(0.0, min(float(time_limit), self.remaining()))
+        _, incumbent, _ = self.best()
+        self.status(f"{name}" + (f" (gap {self.gap()})" if self.gap() else ""))
+        t = time.perf_counter()
+        try:
+            res = method.load()(self.problem, time_limit=budget, incumbent=incumbent, lower_bound=self.lower(),
+                                seed=self.seed if seed is None else seed, **options)
+        except NotApplicable as exc:
+            self.stats.setdefault("not_applicable", {})[name] = str(exc)
+            return None
+        entry = {"seconds": round(time.perf_counter() - t, 6)}
+        entry.update({k: v for k, v in res.stats.items() if isinstance(v, (int, float, bool, str))})
+        self.stats.setdefault("methods", {})[name] = entry
+        if res.order is not None:
+            pk = self.consider(name, res.order)
+            if baseline:
+                self.baselines[name] = pk
+        if method.kind == "exact" and res.lower_bound is not None:
+            _, _, best_pk = self.best()
+            proven = int(res.lower_bound) if best_pk is None else min(int(res.lower_bound), best_pk)
+            if proven > self.lower():
+                self.proven = proven
+        return res
+
+    def run_baselines(self, *, only: str | None = None) -> None:
+        """The named baselines: all of them, or the input order and ``only``."""
+        for m in methods("baseline"):
+            if (only is None or m.name in ("input", only)) and m.name not in self.baselines:
+                if m.name != "input" and m.name != only and self.remaining() <= 0:
+                    # out of time: the reference baselines are skipped, not the call's deadline
+                    self.stats.setdefault("skipped", []).append(m.name)
+                    continue
+                self.run(m.name, baseline=True)
+
+    # -------------------------------------------------------------- bounds
+    def add_trap_bounds(self, time_limit: float) -> None:
+        """Simple bounds and the forward trap bound (within ``time_limit``)."""
+        from memopt.bounds import trap
+
+        self.status("trap bounds")
+        t = time.perf_counter()
+        if self.problem.graph is not None:
+            self.bounds += trap.simple_bounds(self.problem.graph)
+        self.bounds += trap.simple_dag_bounds(self.problem.dag)
+        if not self._met():
+            self.bounds.append(trap.forward_trap_bound(self.problem.dag, time_limit=min(time_limit, self.remaining())))
+        self.stats["trap_seconds"] = round(time.perf_counter() - t, 6)
+
+    def add_pair_bound(self, time_limit: float) -> None:
+        """The pair trap bound, aimed at the best peak (it stops when it reaches it)."""
+        from memopt.bounds import trap
+
+        _, _, pk = self.best()
+        if self.closed() or self.remaining() <= 0:
+            return
+        self.status(f"pair trap bound (gap {self.gap()})")
+        self.bounds.append(trap.pair_trap_bound(self.problem.dag, time_limit=min(time_limit, self.remaining()),
+                                                target=pk))
+
+    def _met(self) -> bool:
+        _, _, pk = self.best()
+        return pk is not None and max([int(b.value) for b in self.bounds] + [int(self.problem.dag.base)]) >= pk
+
+    def result(self, winner: str | None = None) -> MethodResult:
+        """The best order (or ``winner``'s own) as a :class:`MethodResult`."""
+        if winner is not None and winner in self.candidates:
+            name, (order, pk) = winner, self.candidates[winner]
+        else:
+            name, order, pk = self.best()
+        if order is None:
+            raise ScheduleError("no method produced an order within the time limit")
+        lo = min(self.lower(), pk)
+        return MethodResult(order=order, peak=pk, lower_bound=lo, optimal=pk <= self.lower(),
+                            stats={"winner": name})
+
+
+def _start(problem, time_limit, seed, session) -> Session:
+    from memopt.core.problem import SchedulingProblem
+
+    if session is not None:
+        return session
+    return Session(SchedulingProblem.of(problem), time_limit, seed=seed)
+
+
+def _first_orders(s: Session) -> None:
+    """Input order, greedy, class algorithms, Inductor's baselines: near-linear. The Inductor
+    baselines (pure Python, about 25 us per op each) are skipped once the time is out."""
+    s.run("input", baseline=True)
+    s.run("greedy")
+    for m in methods("class"):
+        s.run(m.name, time_limit=s.remaining() * 0.2)
+    s.run_baselines()
+
+
+def _opening(s: Session, incumbent) -> bool:
+    """What both portfolios do first: the orders of :func:`_first_orders`, the simple and
+    forward trap bounds, and on small instances the exact search. True when that proved it."""
+    if incumbent is not None:
+        s.consider("incumbent", incumbent)
+    _first_orders(s)
+    s.add_trap_bounds(s.remaining() * 0.3)
+    if not s.closed() and s.problem.num_allocating <= SMALL_EXACT:
+        s.run("ideal-search", time_limit=s.remaining() * 0.5)
+    return s.closed()
+
+
+def auto(problem, *, time_limit: float = 10.0, incumbent=None, lower_bound=None, seed: int = 0,
+         session: Session | None = None) -> MethodResult:
+    """Registry portfolio ``auto`` (module docstring). ``session``: an existing
+    :class:`Session` to run in (what :func:`memopt.schedule` passes)."""
+    s = _start(problem, time_limit, seed, session)
+    if _opening(s, incumbent):
+        return s.result()
+    s.run("local-search", time_limit=s.remaining() * 0.1)
+    if s.closed():
+        return s.result()
+    s.add_pair_bound(s.remaining() * 0.35)
+    if s.closed():
+        return s.result()
+    s.run("ideal-search", time_limit=s.remaining() * 0.6)
+    # the last stage: everything left goes to local search from the best order, without the
+    # exhaustion stop (on large graphs its improvements come after long plateaus)
+    if not s.closed() and s.remaining() > 0:
+        s.run("local-search", seed=s.seed + 1, patience=None)
+    return s.result()
+
+
+def exact(problem, *, time_limit: float = 10.0, incumbent=None, lower_bound=None, seed: int = 0,
+          session: Session | None = None) -> MethodResult:
+    """Registry portfolio ``exact``: like :func:`auto`, with the time given to proof."""
+    s = _start(problem, time_limit, seed, session)
+    if _opening(s, incumbent):
+        return s.result()
+    s.run("local-search", time_limit=s.remaining() * 0.05)
+    if s.closed():
+        return s.result()
+    s.add_pair_bound(s.remaining() * 0.15)
+    if not s.closed():
+        s.run("ideal-search")
+    return s.result()
