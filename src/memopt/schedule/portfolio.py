@@ -16,9 +16,10 @@ anytime or exact method stops as soon as its result is proved.
    real training graphs are **certified** here, in milliseconds;
 3. on small instances (at most :data:`SMALL_EXACT` allocating nodes) the exact ideal-lattice
    search, which proves them in milliseconds;
-4. otherwise, or if a gap remains: local search (stops at the bound or when its
-   neighbourhood is exhausted), the pair trap bound (only while a gap remains), the exact
-   search warm-started with the incumbent and the bound, and local search again from the
+4. otherwise, or if a gap remains: local search (a tenth of the time left; it stops
+   early at the bound), the pair trap bound (only while a gap remains), the exact
+   search warm-started with the incumbent and the bound (half of the time left up to
+   :data:`MID_EXACT` allocating nodes, a tenth above), and local search again from the
    best order with all the time left (no exhaustion stop: on large graphs its improvements
    come after long plateaus).
 
@@ -41,6 +42,9 @@ __all__ = ["Session", "auto", "exact", "SMALL_EXACT"]
 
 #: allocating nodes up to which ``auto`` runs the exact search right after the first bounds
 SMALL_EXACT = 200
+#: allocating nodes up to which ``auto`` gives the exact search half of the time left after
+#: the pair bound (a tenth above)
+MID_EXACT = 600
 #: time kept per DAG node and edge for the independent check of the result
 VERIFY_SECONDS_PER_ITEM = 1e-5
 
@@ -226,13 +230,15 @@ def auto(problem, *, time_limit: float = 10.0, incumbent=None, lower_bound=None,
     s = _start(problem, time_limit, seed, session)
     if _opening(s, incumbent):
         return s.result()
-    s.run("local-search", time_limit=s.remaining() * 0.1)
+    s.run("local-search", time_limit=s.remaining() * 0.1, patience=None)
     if s.closed():
         return s.result()
     s.add_pair_bound(s.remaining() * 0.35)
     if s.closed():
         return s.result()
-    s.run("ideal-search", time_limit=s.remaining() * 0.6)
+    # the exact search proves mid-sized instances; on large ones its states are too many to
+    # finish, and the time buys more as local search
+    s.run("ideal-search", time_limit=s.remaining() * (0.5 if s.problem.num_allocating <= MID_EXACT else 0.1))
     # the last stage: everything left goes to local search from the best order, without the
     # exhaustion stop (on large graphs its improvements come after long plateaus)
     if not s.closed() and s.remaining() > 0:
