@@ -24,6 +24,7 @@ _LAZY = {
     "peak": "memopt.core", "memory_profile": "memopt.core",
     "load_graph": "memopt.io", "load_instance": "memopt.io",
     "schedule": None,  # the callable package: memopt.schedule(graph, method="auto", time_limit=...)
+    "remat": None,  # the callable package: memopt.remat(graph, memory_limit=..., cap=1, time_limit=...)
     "ScheduleResult": "memopt.schedule", "compute_bounds": "memopt.schedule",
     "MemoptError": "memopt.errors", "GraphError": "memopt.errors", "ScheduleError": "memopt.errors",
     "FormatError": "memopt.errors", "CertificateError": "memopt.errors",

@@ -6,7 +6,7 @@ One sub-module per command family registers its sub-commands through ``register(
 :mod:`memopt.cli._output`. Building the parser imports no solver, no kernel, no numba and
 no numpy: each command imports what it drives when it runs.
 
-Exit status: 0 success; 1 a sweep found non-deterministic replays; 2 bad input or options
+Exit status: 0 success; 1 a sweep found non-deterministic replays or lost points; 2 bad input or options
 (:class:`~memopt.errors.MemoptError`, an unreadable file, a usage error), one line on
 stderr; 3 an internal error (:class:`~memopt.errors.InternalError` or any other
 unexpected exception), one line asking for a report (``MEMOPT_DEBUG=1`` re-raises it with
@@ -36,12 +36,13 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``memopt`` argument parser (cheap: imports no solver, kernel or numpy)."""
-    from memopt.cli import cache, dtr, schedule
+    from memopt.cli import cache, dtr, remat, schedule
+    from memopt.cli import onnx as onnx_cli
 
     parser = _Parser(
         prog="memopt",
         description="Exact memory scheduling, lower bounds and rematerialization studies.",
-        epilog="Exit status: 0 ok, 1 non-deterministic sweep, 2 bad input or options, "
+        epilog="Exit status: 0 ok, 1 a sweep found non-deterministic replays or lost points with their worker, 2 bad input or options, "
                "3 internal error (please report), 130 interrupted.",
     )
     parser.add_argument("--version", action="version", version=f"memopt {__version__}")
@@ -50,6 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
     schedule.register(sub)
     dtr.register(sub)
     cache.register(sub)
+    remat.register(sub)
+    onnx_cli.register(sub)
     return parser
 
 

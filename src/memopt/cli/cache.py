@@ -61,6 +61,26 @@ def register(sub) -> None:
     v.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
     v.set_defaults(func=cmd_verify)
 
+    w = csub.add_parser("sweep", help="hits, misses and bytes moved of several policies over a capacity grid",
+                        description="Simulate every policy at every capacity (bytes per cache), in parallel "
+                                    "on local processes, threads or a Dask cluster; a point whose worker "
+                                    "dies is reported 'lost' and every finished point is kept.")
+    _trace_args(w)
+    w.add_argument("--policies", required=True, metavar="P,P,...",
+                   help="comma-separated: lru, lfu, lru-k (with --k), lru-2, lru-3..., belady")
+    w.add_argument("--capacities", required=True, metavar="A:B:STEP|A,B,C",
+                   help="bytes per cache: a grid A, A+STEP, ... <= B, or a comma list")
+    w.add_argument("--k", type=int, default=2, help="k of lru-k (default 2)")
+    w.add_argument("--executor", default="local", metavar="SPEC",
+                   help="where points run: local (--jobs worker processes, default), threads, or "
+                        "dask://HOST:PORT (a Dask scheduler; needs memopt[dask] and the traces at the same "
+                        "paths on the workers)")
+    w.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help="local worker processes or threads (default 1 = in-process)")
+    w.add_argument("--plot", metavar="FILE", help="write a hit-rate-vs-capacity plot (needs matplotlib)")
+    w.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
+    w.set_defaults(func=cmd_sweep)
+
 
 def _trace_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("trace", nargs="+", help="routing log(s) (JSON lines, one file per layer) or one "
@@ -177,4 +197,42 @@ def cmd_verify(args) -> int:
         write_json(report)
     else:
         print(f"{args.certificate}: every claim checked against {len(args.trace)} trace file(s): OK")
+    return 0
+
+
+def cmd_sweep(args) -> int:
+    import sys
+
+    from memopt.cache.sweep import (TraceSource, format_cache_sweep, parse_capacities, parse_policies,
+                                    plot_cache_sweep, run_cache_sweep)
+    from memopt.sweep import parse_executor_spec
+
+    opt.integer(args.jobs, "--jobs", low=1, high=opt.MAX_JOBS)
+    opt.integer(args.k, "--k", low=1, high=64)
+    opt.integer(args.skip_passes, "--skip-passes", low=0)
+    executor = parse_executor_spec(args.executor)
+    policies = parse_policies(args.policies, args.k)
+    caps = parse_capacities(args.capacities)
+    opt.not_an_input({"--plot": args.plot}, list(args.trace))
+    for path in args.trace:
+        opt.read_text_input(path, "trace")
+    source = TraceSource.of(args.trace, object_bytes=_object_bytes(args.object_bytes), per_layer=args.per_layer,
+                            drop_warmup=args.drop_warmup, skip_passes=args.skip_passes)
+    result = run_cache_sweep(source, policies, caps, executor=executor, jobs=args.jobs, progress=not args.json)
+    if args.json:
+        write_json(result.to_dict())
+    if args.plot:
+        plot_cache_sweep(result, args.plot)
+    if not args.json:
+        print(f"{', '.join(args.trace)}: {result.caches} cache(s), {result.requests} requests, "
+              f"{len(result.policies)} policies x {len(result.capacities)} capacities ({result.seconds:.1f}s)")
+        print_table(format_cache_sweep(result),
+                    header=["policy", "capacity", "hits", "misses", "hit rate", "bytes moved"], align="lrrrrr")
+        if args.plot:
+            print(f"plot: {args.plot}")
+    if result.lost:
+        text = "; ".join(f"{p.policy} @ {p.capacity} ({p.reason})" for p in result.lost[:5])
+        print(f"memopt: error: {len(result.lost)} point(s) lost with their worker: {text}"
+              + (" ..." if len(result.lost) > 5 else ""), file=sys.stderr)
+        return 1
     return 0

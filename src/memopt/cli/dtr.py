@@ -38,6 +38,10 @@ def register(sub) -> None:
                     help="run every budget N times (determinism check; default 1)")
     sw.add_argument("--jobs", type=int, default=os.cpu_count() or 1, metavar="N",
                     help="worker processes (default: number of CPUs; 1 = in-process)")
+    sw.add_argument("--executor", default="local", metavar="SPEC",
+                    help="where budgets run: local (--jobs worker processes, default), threads, or "
+                         "dask://HOST:PORT (a Dask scheduler; needs memopt[dask] and the trace at the "
+                         "same path on the workers)")
     sw.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
                     help="stop any budget whose replay runs longer; it is reported as 'timeout' "
                          "(undecided) instead of pass/fail (default: no limit)")
@@ -118,6 +122,12 @@ def cmd_sweep(args) -> int:
     opt.integer(args.repeats, "--repeats", low=1, high=10_000)
     opt.not_an_input({"--plot": args.plot}, [args.trace])
     from memopt.dtr.sweep import check_heuristic, parse_grid, plot_sweep, run_sweep
+    from memopt.sweep import parse_executor_spec
+
+    executor = parse_executor_spec(args.executor)
+    if timeout is not None and executor.kind != "local":
+        raise opt.OptionError(f"--timeout needs --executor local (memopt's own worker processes), "
+                              f"not {args.executor}")
 
     ratios = parse_grid(args.grid)  # fail on a bad grid before anything is loaded
     if ratios and ratios[-1] > opt.MAX_RATIO:
@@ -127,22 +137,27 @@ def cmd_sweep(args) -> int:
     if ratios:
         opt.budget_fits(ratios[-1], base.peak, "--grid STOP")
     result = run_sweep(args.trace, args.grid, args.heuristic, overhead_limit=limit, repeats=args.repeats,
-                       jobs=args.jobs, timeout=timeout, progress=not args.json)
+                       jobs=args.jobs, executor=executor, timeout=timeout, progress=not args.json)
     if args.json:
         write_json(result.to_dict())
     if args.plot:
         plot_sweep(result, args.plot)
     if not args.json:
         _print_sweep(result, all_points=not args.failing_only, plot=args.plot)
+    if result.lost:
+        lost_text = "; ".join(f"{p.ratio} ({p.reason})" for p in result.lost[:5])
+        print(f"memopt: error: {len(result.lost)} budget(s) lost with their worker: {lost_text}"
+              + (" ..." if len(result.lost) > 5 else ""), file=sys.stderr)
     if result.nondeterministic:
         ratios_text = ", ".join(str(p.ratio) for p in result.nondeterministic)
         print(f"memopt: error: replays are not deterministic at ratios {ratios_text}", file=sys.stderr)
+    if result.lost or result.nondeterministic:
         return 1
     return 0
 
 
 def _print_sweep(result, *, all_points: bool, plot: str | None) -> None:
-    keys = ("trace", "heuristic", "baseline", "grid", "failing", "holes", "timeouts", "plot")
+    keys = ("trace", "heuristic", "baseline", "grid", "failing", "holes", "timeouts", "lost", "plot")
     width = (max(len(k) for k in keys),)
     print_table([
         ("trace", result.trace),
@@ -170,6 +185,10 @@ def _print_sweep(result, *, all_points: bool, plot: str | None) -> None:
         stopped = ", ".join(str(p.ratio) for p in result.timeouts[:20]) + (" ..." if len(result.timeouts) > 20 else "")
         rows.append(("timeouts", f"{len(result.timeouts)} budget(s) stopped after {result.timeout}s "
                                  f"(undecided; not counted as failures): {stopped}"))
+    if result.lost:
+        rows.append(("lost", f"{len(result.lost)} budget(s) whose worker died (undecided): "
+                             + "; ".join(f"{p.ratio} ({p.reason})" for p in result.lost[:5])
+                             + (" ..." if len(result.lost) > 5 else "")))
     if plot:
         rows.append(("plot", plot))
     print_table(rows, min_widths=width)

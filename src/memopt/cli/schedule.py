@@ -171,7 +171,12 @@ def cmd_verify(args) -> int:
 
     inst = _load(args.file)
     doc = read_json(args.plan)
-    report = verify_document(inst, doc, where=str(args.plan))
+    if isinstance(doc, dict) and doc.get("format") == "memopt-remat-plan":
+        from memopt.remat.verify import verify_remat_document
+
+        report = verify_remat_document(inst, doc, where=str(args.plan))
+    else:
+        report = verify_document(inst, doc, where=str(args.plan))
     if hasattr(report, "to_dict"):
         report = report.to_dict()
     report = dict(report)

@@ -26,21 +26,24 @@ ratio literal (``memopt dtr replay --ratio 0.431``) replay the very same budget.
 
 Execution
 ---------
-Budgets are independent replays, submitted to a :class:`concurrent.futures.Executor`:
-a local :class:`~concurrent.futures.ProcessPoolExecutor` (``jobs`` workers) by default,
-in-process when ``jobs == 1``, or any executor the caller passes (for instance a Dask
-cluster's ``Client.get_executor()``). A task carries only the trace *path*;
+Budgets are independent replays, run by the shared sweep machinery (:mod:`memopt.sweep`):
+by default (``local``) on ``jobs`` worker processes of memopt's own, in-process when
+``jobs == 1``; or on threads, a Dask cluster (``dask://HOST:PORT`` or a ``Client``) or any
+:class:`concurrent.futures.Executor` the caller passes. A task carries only the trace *path*;
 each worker parses the trace once and keeps it (with its baseline) in a per-process
 cache, so a trace is never re-parsed per budget and never pickled per task. Remote
 executors therefore need the trace at the same path on the workers.
 
 At small budgets a replay can recompute for a very long time (simrd's answer is its
 remat limit, ``--overhead-limit``). ``timeout`` instead bounds the time of each budget:
-the sweep then runs on worker processes of its own, ends a worker whose replay overruns
-and records that budget as ``timeout`` -- undecided, excluded from the holes, and listed
-separately. The limit is CPU time where the OS enforces one (RLIMIT_CPU on Unix, whole
-seconds), so that the set of timed-out budgets does not depend on the machine's load;
-elsewhere it is wall time.
+the local workers then end a worker whose replay overruns and record that budget as
+``timeout`` -- undecided, excluded from the holes, and listed separately. The limit is CPU
+time where the OS enforces one (RLIMIT_CPU on Unix, whole seconds), so that the set of
+timed-out budgets does not depend on the machine's load; elsewhere it is wall time.
+
+A budget whose worker dies (killed, out of memory, a crash in compiled code) is recorded
+as ``lost`` with the reason; it is undecided like a timeout, every finished budget is kept,
+and the sweep goes on (``SweepResult.lost``; the JSON gains a ``lost`` list only then).
 
 ``repeats = N`` submits every budget N times as separate tasks (which a pool spreads
 over worker processes, started with ``spawn`` and thus with independent hash seeds), and
@@ -54,15 +57,15 @@ import concurrent.futures as cf
 import math
 import multiprocessing
 import os
-import signal
 import time
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from memopt._progress import Progress
-from memopt.errors import FormatError, MemoptError, OptionError
+from memopt.errors import FormatError, OptionError
+from memopt.sweep import (WALL_GUARD_FACTOR, ExecutorSpec, InlineExecutor, _limit_cpu,  # noqa: F401 (re-exported)
+                          parse_executor_spec, run_tasks)
 
 #: Fields of a replay outcome that must be identical across repeats (wall time is not).
 OUTCOME_FIELDS = (
@@ -74,6 +77,10 @@ OUTCOME_FIELDS = (
     "max_memory",
     "heuristic_evals",
 )
+
+#: Statuses of budgets that did not run to an outcome: stopped at the sweep's time limit, or
+#: lost with their worker. Neither a pass nor a failure for the holes.
+UNDECIDED = ("timeout", "lost")
 
 #: Upper bound on the number of grid points, so that a typo such as ``0:1:1e-9`` is an
 #: error instead of an attempt to build a billion-point list.
@@ -190,6 +197,8 @@ class SweepPoint:
     deterministic: bool = True
     #: The distinct outcomes seen when ``deterministic`` is false.
     variants: tuple[dict, ...] = ()
+    #: Why the budget has no outcome, when ``status == 'lost'`` (its worker died).
+    reason: str = ""
 
     @property
     def passed(self) -> bool:
@@ -222,6 +231,8 @@ class SweepPoint:
         if not self.deterministic:
             out["deterministic"] = False
             out["variants"] = list(self.variants)
+        if self.status == "lost":
+            out["reason"] = self.reason
         return out
 
     @classmethod
@@ -233,7 +244,8 @@ class SweepPoint:
                        remat_compute=int(doc["remat_compute"]), max_memory=int(doc["max_memory"]),
                        heuristic_evals=int(doc["heuristic_evals"]), seconds=float(doc.get("seconds", 0.0)),
                        deterministic=bool(doc.get("deterministic", True)),
-                       variants=tuple(dict(v) for v in doc.get("variants", ())))
+                       variants=tuple(dict(v) for v in doc.get("variants", ())),
+                       reason=str(doc.get("reason", "")))
         except (KeyError, TypeError, ValueError, AttributeError, InvalidOperation) as exc:
             from memopt.errors import FormatError
 
@@ -260,7 +272,7 @@ class SweepResult:
     def __post_init__(self) -> None:
         # Holes are found among the decided budgets; a budget stopped by the sweep's
         # time limit is neither a pass nor a failure.
-        decided = [p for p in self.points if p.status != "timeout"]
+        decided = [p for p in self.points if p.status not in UNDECIDED]
         index_holes = find_holes([p.passed for p in decided])
         holes = tuple((decided[i].ratio, decided[j].ratio) for i, j in index_holes)
         object.__setattr__(self, "holes", holes)
@@ -268,11 +280,16 @@ class SweepResult:
     @property
     def failing(self) -> list[SweepPoint]:
         """Budgets that ran to a failure (OOM or thrash)."""
-        return [p for p in self.points if not p.passed and p.status != "timeout"]
+        return [p for p in self.points if not p.passed and p.status not in UNDECIDED]
 
     @property
     def timeouts(self) -> list[SweepPoint]:
         return [p for p in self.points if p.status == "timeout"]
+
+    @property
+    def lost(self) -> list[SweepPoint]:
+        """Budgets whose worker died before they finished (each with its ``reason``)."""
+        return [p for p in self.points if p.status == "lost"]
 
     @property
     def nondeterministic(self) -> list[SweepPoint]:
@@ -292,7 +309,7 @@ class SweepResult:
 
     def to_dict(self) -> dict:
         min_pass = self.min_passing_ratio
-        return {
+        out = {
             "trace": self.trace,
             "heuristic": self.heuristic,
             "overhead_limit": self.overhead_limit,
@@ -310,6 +327,9 @@ class SweepResult:
             "timeouts": [float(p.ratio) for p in self.timeouts],
             "seconds": round(self.seconds, 3),
         }
+        if self.lost:  # only then, so that a complete sweep's JSON is unchanged
+            out["lost"] = [{"ratio": float(p.ratio), "reason": p.reason} for p in self.lost]
+        return out
 
     @classmethod
     def from_dict(cls, doc: dict) -> "SweepResult":
@@ -360,14 +380,16 @@ def cached_trace(path: str | os.PathLike) -> tuple[Any, Any]:
     return trace, base
 
 
-def _worker_init(path: str) -> None:
-    # Parse eagerly when the pool starts, so that the first budgets are not slower.
-    # An error here would only break the pool ("BrokenProcessPool"); swallow it so
-    # that the first task raises it again, with its message, through its future.
-    try:
-        cached_trace(path)
-    except Exception:
-        pass
+def _worker_init(path: str, heuristic: Any = None) -> None:
+    """Initializer of a worker process: parse the trace (and its baseline) once. With a
+    ``heuristic`` (per-budget timeouts), also replay once at the baseline peak (few
+    evictions): that loads or compiles the JIT kernel now, so that compilation is not
+    charged to the first budget's time limit."""
+    trace, base = cached_trace(path)
+    if heuristic is not None:
+        from memopt.dtr import replay
+
+        replay(trace, base.peak, heuristic)
 
 
 def replay_point(path: str, ratio: str, heuristic: Any, overhead_limit: float | None) -> dict:
@@ -387,31 +409,27 @@ def replay_point(path: str, ratio: str, heuristic: Any, overhead_limit: float | 
     return out
 
 
-class InlineExecutor(cf.Executor):
-    """Runs each task in the calling process at ``submit`` time (``jobs == 1``)."""
-
-    def submit(self, fn, /, *args, **kwargs):  # type: ignore[override]
-        future: cf.Future = cf.Future()
-        try:
-            future.set_result(fn(*args, **kwargs))
-        except BaseException as exc:  # handed to the caller through the future
-            future.set_exception(exc)
-        return future
-
-
 def make_executor(path: str, jobs: int) -> cf.Executor:
-    """The default executor of a sweep: in-process for one job, else a process pool
-    whose workers parse the trace once at start-up."""
+    """A plain ``concurrent.futures`` executor for a sweep of ``path``: in-process for one
+    job, else a process pool whose workers parse the trace once at start-up. (:func:`run_sweep`
+    itself runs ``local`` sweeps on memopt's own workers, which survive a worker's death.)"""
     if jobs <= 1:
         return InlineExecutor()
-    # spawn rather than fork: no inherited threads/locks (numba, BLAS), and each worker
-    # gets its own hash seed, which makes ``repeats`` a real cross-process check.
     return cf.ProcessPoolExecutor(
         max_workers=jobs,
         mp_context=multiprocessing.get_context("spawn"),
-        initializer=_worker_init,
+        initializer=_pool_init,
         initargs=(path,),
     )
+
+
+def _pool_init(path: str) -> None:
+    # An error here would only break the pool ("BrokenProcessPool"); swallow it so that
+    # the first task raises it again, with its message, through its future.
+    try:
+        cached_trace(path)
+    except Exception:
+        pass
 
 
 # ---------------------------------------------------------------------------------------
@@ -448,175 +466,12 @@ def check_trace_path(path: str | os.PathLike) -> str:
     return path
 
 
-def _executor_results(pool: cf.Executor, tasks: list[tuple[Any, tuple]]):
-    """Run ``tasks`` ``(key, args for replay_point)`` on a concurrent.futures executor;
-    yield ``(key, outcome)`` as they complete."""
-    if isinstance(pool, InlineExecutor):
-        # Submitting would run every task before the first result is seen; run them one
-        # by one instead so that progress is reported as it happens.
-        for key, args in tasks:
-            yield key, pool.submit(replay_point, *args).result()
-        return
-    futures = {pool.submit(replay_point, *args): key for key, args in tasks}
-    try:
-        for fut in cf.as_completed(futures):
-            yield futures[fut], fut.result()
-    finally:
-        for fut in futures:
-            fut.cancel()
-
-
-#: With CPU-time limits, the parent still kills a replay after this many times the
-#: limit in wall time (a guard against a worker that makes no progress at all).
-WALL_GUARD_FACTOR = 20
-
-
-def _limit_cpu(seconds: float) -> bool:
-    """Let the calling process use about ``seconds`` more CPU time (RLIMIT_CPU, whole
-    seconds): past it the kernel sends SIGXCPU, whose default action ends the process.
-    False where this is unavailable (no ``resource`` module, or a hard limit in the way)."""
-    try:
-        import resource
-    except ImportError:
-        return False
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    soft = int(math.ceil(usage.ru_utime + usage.ru_stime + seconds))
-    _, hard = resource.getrlimit(resource.RLIMIT_CPU)
-    if hard != resource.RLIM_INFINITY and soft > hard:
-        return False
-    resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
-    return True
-
-
-def _killable_worker(conn, path: str, timeout: float, heuristic: Any) -> None:
-    """Body of a worker process of :func:`_killable_results`: parse once, then serve,
-    each replay under a CPU-time limit of ``timeout`` seconds where the OS supports it."""
-    from memopt.dtr import replay
-
-    try:
-        trace, base = cached_trace(path)
-        # Warm up: one replay at the baseline peak (few evictions) loads or compiles the
-        # JIT kernel now, so that compilation is not charged to the first budget's limit.
-        replay(trace, base.peak, heuristic)
-        cpu_limited = _limit_cpu(timeout)  # probe once; set again before every task
-        conn.send(("ready", (base.peak, base.compute, cpu_limited)))
-    except Exception as exc:  # reported by the parent as the sweep's error
-        conn.send(("error", exc))
-        return
-    while True:
-        msg = conn.recv()
-        if msg is None:
-            return
-        key, args = msg
-        if cpu_limited:
-            _limit_cpu(timeout)
-        try:
-            conn.send(("done", (key, replay_point(*args))))
-        except Exception as exc:
-            conn.send(("error", exc))
-            return
-
-
-def _killable_results(path: str, jobs: int, tasks: list[tuple[Any, tuple]], timeout: float,
-                      heuristic: Any = "dtr"):
-    """Like :func:`_executor_results`, on ``jobs`` processes of our own, so that a budget
-    whose replay runs longer than ``timeout`` seconds can be stopped: its worker ends (or
-    is killed) and is replaced, and the budget's outcome is ``status = 'timeout'``.
-
-    The limit is on the worker's *CPU time* where the OS allows it (RLIMIT_CPU), so that
-    which budgets time out does not depend on how loaded the machine is; elsewhere it is
-    wall time. (A compiled replay kernel cannot be interrupted from inside its process,
-    and concurrent.futures cannot cancel a running task; hence processes we can end.)
-    """
-    from multiprocessing.connection import wait
-
-    ctx = multiprocessing.get_context("spawn")
-    pending = list(reversed(tasks))
-    workers: dict[Any, dict] = {}  # conn -> {"proc", "task", "deadline", "ready"}
-    base: tuple[int, int] | None = None
-
-    def spawn() -> None:
-        parent, child = ctx.Pipe()
-        proc = ctx.Process(target=_killable_worker, args=(child, path, timeout, heuristic), daemon=True)
-        proc.start()
-        child.close()
-        workers[parent] = {"proc": proc, "task": None, "deadline": None, "ready": False, "cpu": False}
-
-    def retire(conn) -> None:
-        w = workers.pop(conn)
-        if w["proc"].is_alive():
-            w["proc"].kill()
-        w["proc"].join()
-        conn.close()
-
-    def expire(conn) -> tuple:
-        """End the worker whose replay overran; its budget is undecided and a fresh worker
-        takes its place while budgets remain."""
-        key, args = workers[conn]["task"]
-        retire(conn)
-        if pending:
-            spawn()
-        return key, timed_out(args)
-
-    def timed_out(args: tuple) -> dict:
-        peak, compute = base if base is not None else (0, 0)
-        out = {name: 0 for name in OUTCOME_FIELDS}
-        out.update(status="timeout", budget=ratio_budget(Decimal(args[1]), peak),
-                   baseline_peak=peak, baseline_compute=compute, seconds=timeout)
-        return out
-
-    try:
-        for _ in range(min(jobs, len(tasks))):
-            spawn()
-        busy = 0
-        while pending or busy:
-            for conn, w in list(workers.items()):
-                if w["ready"] and w["task"] is None and pending:
-                    key, args = pending.pop()
-                    w["task"] = (key, args)
-                    wall = timeout * WALL_GUARD_FACTOR if w["cpu"] else timeout
-                    w["deadline"] = time.monotonic() + wall
-                    conn.send((key, args))
-                    busy += 1
-            deadlines = [w["deadline"] for w in workers.values() if w["task"] is not None]
-            wait_for = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
-            for conn in wait(list(workers), timeout=wait_for):
-                w = workers[conn]
-                try:
-                    kind, payload = conn.recv()
-                except EOFError:
-                    w["proc"].join(5)
-                    code = w["proc"].exitcode
-                    if w["task"] is not None and w["cpu"] and code in (-signal.SIGXCPU, -signal.SIGKILL):
-                        # The kernel ended the replay at its CPU-time limit.
-                        busy -= 1
-                        yield expire(conn)
-                        continue
-                    raise MemoptError(f"a sweep worker process died unexpectedly (exit code {code})") from None
-                if kind == "error":
-                    raise payload
-                if kind == "ready":
-                    peak, compute, w["cpu"] = payload
-                    w["ready"] = True
-                    base = (peak, compute)
-                    continue
-                key, out = payload
-                w["task"], w["deadline"] = None, None
-                busy -= 1
-                yield key, out
-            now = time.monotonic()
-            for conn, w in list(workers.items()):
-                if w["task"] is not None and w["deadline"] <= now:
-                    busy -= 1
-                    yield expire(conn)
-    finally:
-        for conn, w in list(workers.items()):
-            if w["proc"].is_alive() and w["task"] is None:
-                try:
-                    conn.send(None)
-                except OSError:
-                    pass
-            retire(conn)
+def _is_local(executor: Any) -> bool:
+    if executor is None:
+        return True
+    if isinstance(executor, str):
+        executor = parse_executor_spec(executor)
+    return isinstance(executor, ExecutorSpec) and executor.kind == "local"
 
 
 def run_sweep(
@@ -627,21 +482,24 @@ def run_sweep(
     overhead_limit: float | None = None,
     repeats: int = 1,
     jobs: int = 1,
-    executor: cf.Executor | None = None,
+    executor: Any = None,
     timeout: float | None = None,
     progress: bool = False,
 ) -> SweepResult:
     """Replay ``trace_path`` at every ratio of ``grid`` and collect outcomes and holes.
 
     ``grid`` is a ``START:STOP:STEP`` string or an iterable of ratios (sorted here).
-    ``executor``, when given, runs the tasks (and is not shut down); otherwise ``jobs``
-    local processes (or the calling process when ``jobs == 1``). ``repeats`` re-runs
+    ``executor`` runs the tasks (see :mod:`memopt.sweep`): a spec (``local``, ``threads``,
+    ``dask://HOST:PORT``), any ``concurrent.futures`` executor (used and not shut down) or a
+    Dask ``Client``; by default (``local``) ``jobs`` worker processes of memopt's own, or the
+    calling process when ``jobs == 1``. ``repeats`` re-runs
     every budget; differing outcomes are flagged on the point (``deterministic=False``)
     and listed by :attr:`SweepResult.nondeterministic`. ``timeout`` (CPU seconds per
     budget where enforceable, else wall seconds; local processes only) stops a replay
     that runs longer and records the
     budget as ``status = 'timeout'``: undecided, so it is neither a pass nor a failure
-    for the holes.
+    for the holes. A budget whose worker died is kept as ``status = 'lost'`` with the
+    reason (undecided too); every finished budget is kept.
     """
     path = check_trace_path(trace_path)
     check_heuristic(heuristic)
@@ -652,6 +510,7 @@ def run_sweep(
         if isinstance(overhead_limit, bool) or not isinstance(overhead_limit, (int, float)) \
                 or not overhead_limit >= 1:
             raise OptionError(f"overhead limit must be a number >= 1 (a slowdown factor), got {overhead_limit!r}")
+    local = _is_local(executor)
     if timeout is not None:
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
             raise OptionError(f"timeout must be a number of seconds, got {timeout!r}")
@@ -659,7 +518,7 @@ def run_sweep(
             raise OptionError(f"timeout must be a finite number of seconds > 0, got {timeout!r}")
         if timeout > MAX_TIMEOUT:
             raise OptionError(f"timeout {timeout!r} s is beyond the largest accepted, {MAX_TIMEOUT:g} s")
-        if executor is not None:
+        if not local:
             raise OptionError("a per-budget timeout needs the built-in local worker processes, not an executor")
     if isinstance(grid, str):
         grid_text = grid
@@ -685,38 +544,56 @@ def run_sweep(
         for rep in range(repeats)
         for i, ratio in enumerate(ratios)
     ]
-    runs: dict[int, list[dict | None]] = {i: [None] * repeats for i in range(len(ratios))}
+    runs: dict[int, list[tuple[str, Any] | None]] = {i: [None] * repeats for i in range(len(ratios))}
     t0 = time.perf_counter()
     name = Path(path).name
     failing = 0
-    own_executor = executor is None and timeout is None
-    pool = make_executor(abspath, jobs) if own_executor else executor
-    try:
-        if timeout is not None:
-            stream = _killable_results(abspath, jobs, tasks, timeout, heuristic)
-        else:
-            stream = _executor_results(pool, tasks)
-        with Progress(len(tasks), f"sweep {name[:24]}", enabled=progress) as bar:
-            for (i, rep), out in stream:
-                runs[i][rep] = out
-                if rep == 0 and out["status"] != "pass":
-                    failing += 1
-                bar.update(1, status=f"r={ratios[i]} {out['status']} not-pass={failing}")
-    finally:
-        if own_executor:
-            pool.shutdown(wait=True, cancel_futures=True)
+
+    def describe(key, kind, payload) -> str:
+        nonlocal failing
+        i, rep = key
+        status = payload["status"] if kind == "done" else kind
+        if rep == 0 and status != "pass":
+            failing += 1
+        return f"r={ratios[i]} {status} not-pass={failing}"
+
+    warm = heuristic if timeout is not None else None
+    for (i, rep), kind, payload in run_tasks(replay_point, tasks, executor=executor, jobs=jobs, timeout=timeout,
+                                             initializer=_worker_init, initargs=(abspath, warm),
+                                             progress=progress, desc=f"sweep {name[:24]}", describe=describe):
+        runs[i][rep] = (kind, payload)
+
+    # The baseline of budgets that did not finish (timeout, lost): from a finished one, or
+    # parsed here if none finished.
+    done = [r[1] for outs in runs.values() for r in outs if r is not None and r[0] == "done"]
+    if done:
+        base_peak, base_compute = done[0]["baseline_peak"], done[0]["baseline_compute"]
+    elif ratios:
+        _, base = cached_trace(abspath)
+        base_peak, base_compute = base.peak, base.compute
+    else:
+        base_peak = base_compute = 0
+
+    def outcome(ratio: Decimal, run: tuple[str, Any]) -> dict:
+        kind, payload = run
+        if kind == "done":
+            return payload
+        out = {field_name: 0 for field_name in OUTCOME_FIELDS}
+        out.update(status=kind, budget=ratio_budget(ratio, base_peak), baseline_peak=base_peak,
+                   baseline_compute=base_compute, seconds=timeout if kind == "timeout" else 0.0)
+        if kind == "lost":
+            out["reason"] = payload
+        return out
 
     points = []
-    first = runs[0][0] if ratios else None
     for i, ratio in enumerate(ratios):
-        outs = runs[i]
+        outs = [outcome(ratio, run) for run in runs[i]]  # type: ignore[arg-type]
         base = outs[0]
-        assert base is not None
         distinct: list[dict] = []
         for out in outs:
-            if out["status"] == "timeout":  # type: ignore[index]
-                continue  # a stopped run says nothing about determinism
-            key = {f: out[f] for f in OUTCOME_FIELDS}  # type: ignore[index]
+            if out["status"] in UNDECIDED:
+                continue  # a stopped or lost run says nothing about determinism
+            key = {f: out[f] for f in OUTCOME_FIELDS}
             if key not in distinct:
                 distinct.append(key)
         points.append(
@@ -732,6 +609,7 @@ def run_sweep(
                 seconds=base["seconds"],
                 deterministic=len(distinct) <= 1,
                 variants=tuple(distinct) if len(distinct) > 1 else (),
+                reason=base.get("reason", ""),
             )
         )
     return SweepResult(
@@ -739,8 +617,8 @@ def run_sweep(
         heuristic=heuristic_name(heuristic),
         overhead_limit=overhead_limit,
         grid=grid_text,
-        baseline_peak=first["baseline_peak"] if first else 0,
-        baseline_compute=first["baseline_compute"] if first else 0,
+        baseline_peak=base_peak,
+        baseline_compute=base_compute,
         repeats=repeats,
         points=tuple(points),
         seconds=time.perf_counter() - t0,
@@ -791,6 +669,10 @@ def format_sweep(result: SweepResult, *, all_points: bool = False) -> str:
             + ", ".join(str(p.ratio) for p in result.timeouts[:20])
             + (" ..." if len(result.timeouts) > 20 else "")
         )
+    if result.lost:
+        lines.append(f"lost       {len(result.lost)} budget(s) whose worker died (undecided): "
+                     + "; ".join(f"{p.ratio} ({p.reason})" for p in result.lost[:5])
+                     + (" ..." if len(result.lost) > 5 else ""))
     if result.nondeterministic:
         lines.append(
             "NONDETERMINISTIC at ratios " + ", ".join(str(p.ratio) for p in result.nondeterministic)
@@ -801,25 +683,20 @@ def format_sweep(result: SweepResult, *, all_points: bool = False) -> str:
 def plot_sweep(result: SweepResult, path: str | os.PathLike) -> None:
     """Plot ratio vs. compute overhead: passing budgets as a line, failing budgets as
     red marks on the x axis, holes shaded. matplotlib is imported here, with Agg."""
-    try:
-        import matplotlib
+    from memopt.sweep import pyplot
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise MemoptError("--plot needs matplotlib (pip install 'memopt[plot]')") from None
-
+    plt = pyplot()
     base = result.baseline_compute
     fig, ax = plt.subplots(figsize=(8, 4.5))
     # NaN at non-passing budgets breaks the line there, so a hole shows as a gap.
     xs = [float(p.ratio) for p in result.points]
     ys = [p.overhead(base) if p.passed else math.nan for p in result.points]
     ax.plot(xs, ys, ".-", lw=1, ms=3, label="pass: compute overhead")
-    fails = {"OOM": "x", "thrash": "v", "timeout": "|"}
+    fails = {"OOM": "x", "thrash": "v", "timeout": "|", "lost": "1"}
     for status, marker in fails.items():
         fx = [float(p.ratio) for p in result.points if p.status == status]
         if fx:
-            color = "gray" if status == "timeout" else "red"
+            color = "gray" if status in UNDECIDED else "red"
             ax.scatter(fx, [1.0] * len(fx), marker=marker, color=color, s=18, zorder=3, label=status)
     # Shade each hole out to the neighbouring passing grid points' midpoints so that
     # one-point holes are visible.

@@ -253,21 +253,7 @@ def _as_int(path, lineno, rec, key, *, minimum=None):
 
 def _check_record(path: str, lineno: int, line: str) -> dict:
     """Decode and shape-check one record (what simrd's ``parse`` would access)."""
-    if line.strip() == "":
-        raise _err(path, lineno, "empty line (expected a JSON record)")
-    try:
-        rec = _DECODER.decode(line)
-    except json.JSONDecodeError as exc:
-        raise _err(path, lineno, f"invalid JSON ({exc.msg} at column {exc.colno}); "
-                                 "truncated or corrupt record") from None
-    except _json_hooks._BadNumber as bad:
-        raise _err(path, lineno, f"invalid JSON: {bad.what}") from None
-    except RecursionError:
-        raise _err(path, lineno, "invalid JSON: nested too deeply to read") from None
-    except (ValueError, TypeError, OverflowError) as exc:  # defensive: never a bare error
-        raise _err(path, lineno, f"invalid JSON ({type(exc).__name__})") from None
-    if not isinstance(rec, dict):
-        raise _err(path, lineno, "record is not a JSON object")
+    rec = _json_hooks.decode_record(path, lineno, line, _DECODER)
     if "INSTRUCTION" not in rec:
         raise _err(path, lineno, "missing field INSTRUCTION")
     instr = rec["INSTRUCTION"]

@@ -233,3 +233,31 @@ def bool_field(obj: dict, key: str, where: str, default: bool = False) -> bool:
 def is_id(x) -> bool:
     """Node ids of node-link files: JSON numbers or strings."""
     return isinstance(x, (int, str)) and not isinstance(x, bool)
+
+
+#: the decoder of JSON-lines records (DTR logs, request traces, routes): strict numbers
+LINE_DECODER = json.JSONDecoder(parse_int=_parse_int, parse_float=_parse_float, parse_constant=_parse_constant)
+
+
+def decode_record(path: str, lineno: int, line: str, decoder: json.JSONDecoder = LINE_DECODER) -> dict:
+    """One JSON-lines record as a dict, or a :class:`FormatError` naming ``path`` and the line:
+    empty line, malformed or truncated JSON, a number beyond the limits, nesting too deep, or
+    a record that is not an object. Shared by every JSON-lines reader of memopt."""
+    def err(msg: str) -> FormatError:
+        return FormatError(f"{path}: line {lineno}: {msg}")
+
+    if line.strip() == "":
+        raise err("empty line (expected a JSON record)")
+    try:
+        rec = decoder.decode(line)
+    except json.JSONDecodeError as exc:
+        raise err(f"invalid JSON ({exc.msg} at column {exc.colno}); truncated or corrupt record") from None
+    except _BadNumber as bad:
+        raise err(f"invalid JSON: {bad.what}") from None
+    except RecursionError:
+        raise err("invalid JSON: nested too deeply to read") from None
+    except (ValueError, TypeError, OverflowError) as exc:  # defensive: never a bare error
+        raise err(f"invalid JSON ({type(exc).__name__})") from None
+    if not isinstance(rec, dict):
+        raise err("record is not a JSON object")
+    return rec

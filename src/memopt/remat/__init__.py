@@ -8,11 +8,51 @@
 
 The exhaustive solvers in :mod:`memopt.remat.brute_force` serve the tests and are not
 part of any public solver list.
+
+:func:`remat` (:mod:`memopt.remat.api`) answers the three questions through the method
+registry (:mod:`memopt.remat.registry`); the package itself is callable
+(``memopt.remat(graph, memory_limit=...)``), like ``memopt.schedule``.
 """
 
-from memopt.remat.checker import check_plan
-from memopt.remat.plan import (FREE, RUN, PlanEvaluation, RematPlan, evaluate_plan, exact_costs, plan_from_order,
-                               resolve_aliases, resolve_caps)
+import sys as _sys
 
 __all__ = ["RematPlan", "PlanEvaluation", "evaluate_plan", "plan_from_order", "check_plan", "exact_costs",
-           "resolve_caps", "resolve_aliases", "RUN", "FREE"]
+           "resolve_caps", "resolve_aliases", "RUN", "FREE", "remat", "RematResult", "ParetoResult"]
+
+# every public name is imported on first use, so that reading the method registry (the
+# ``memopt`` command's parser) imports neither numpy nor ``memopt.core``
+_LAZY = {"remat": ("memopt.remat.api", "remat"), "ParetoResult": ("memopt.remat.api", "ParetoResult"),
+         "RematResult": ("memopt.remat.result", "RematResult"), "check_plan": ("memopt.remat.checker", "check_plan"),
+         **{name: ("memopt.remat.plan", name) for name in ("FREE", "RUN", "PlanEvaluation", "RematPlan",
+                                                           "evaluate_plan", "exact_costs", "plan_from_order",
+                                                           "resolve_aliases", "resolve_caps")}}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        from importlib import import_module
+
+        module, attr = _LAZY[name]
+        return getattr(import_module(module), attr)
+    if not name.startswith("__"):
+        from importlib import import_module
+
+        try:  # submodules: memopt.remat.cpsat, ...
+            return import_module(f"memopt.remat.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"memopt.remat.{name}":
+                raise
+    raise AttributeError(f"module 'memopt.remat' has no attribute {name!r}")
+
+
+class _CallableModule(type(_sys)):
+    """Lets ``memopt.remat(graph, ...)`` call :func:`memopt.remat.api.remat` while the
+    submodules stay reachable as attributes of the package."""
+
+    def __call__(self, *args, **kwargs):
+        from memopt.remat.api import remat
+
+        return remat(*args, **kwargs)
+
+
+_sys.modules[__name__].__class__ = _CallableModule

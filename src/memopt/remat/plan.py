@@ -34,17 +34,15 @@ Example
 from __future__ import annotations
 
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import Iterable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
 from memopt.core.evaluate import validate_order
+from memopt.core.remat import FREE, RUN, evaluate_steps, exact_costs  # noqa: F401 (re-exported)
 from memopt.core.tensor_graph import TensorGraph, show_value
 from memopt.errors import GraphError, OptionError, ScheduleError
 
-RUN = 0
-FREE = 1
 _KIND_NAMES = ("run", "free")
 
 
@@ -141,22 +139,6 @@ def _resolve(value, index: Mapping[str, int], count: int, what: str, step: int) 
 
 
 # ---------------------------------------------------------------------------- parameters
-def exact_costs(graph: TensorGraph) -> list:
-    """Each op's compute cost as an exact Python number.
-
-    Costs are stored as float64; an integral cost becomes an ``int``, any other becomes the
-    ``Fraction`` equal to the float's exact binary value. Sums of these are exact, so
-    extra costs never suffer rounding (the exact solvers compare them with ``<=``).
-    """
-    return [int(c) if float(c).is_integer() else Fraction(float(c)) for c in graph.op_cost.tolist()]
-
-
-def _exact_number(x):
-    if isinstance(x, Fraction) and x.denominator == 1:
-        return int(x)
-    return x
-
-
 def resolve_caps(graph: TensorGraph, cap=None) -> list[int] | None:
     """Per-op recomputation caps ``k(v)`` as a list, or ``None`` for no cap.
 
@@ -257,102 +239,8 @@ def evaluate_plan(graph: TensorGraph, plan: RematPlan | Sequence, cap=None, *, a
     """
     if not isinstance(plan, RematPlan):
         plan = RematPlan.from_steps(graph, plan)
-    caps = resolve_caps(graph, cap)
-    alias = resolve_aliases(graph, aliases)
-    n, T = graph.num_ops, graph.num_tensors
-    if len(plan) and plan.kind.size:
-        runs = plan.index[plan.kind == RUN]
-        frees = plan.index[plan.kind == FREE]
-        if runs.size and (runs.min() < 0 or runs.max() >= n):
-            raise ScheduleError(f"plan names op id {int(runs[(runs < 0) | (runs >= n)][0])}, but the graph has {n} ops")
-        if frees.size and (frees.min() < 0 or frees.max() >= T):
-            raise ScheduleError(f"plan names tensor id {int(frees[(frees < 0) | (frees >= T)][0])}, "
-                                f"but the graph has {T} tensors")
-    size = graph.tensor_size.tolist()
-    resident = graph.tensor_resident.tolist()
-    producer = graph.tensor_producer.tolist()
-    in_ptr, in_idx = graph.op_in_ptr.tolist(), graph.op_in_idx.tolist()
-    out_ptr, out_idx = graph.op_out_ptr.tolist(), graph.op_out_idx.tolist()
-    ws = graph.op_workspace.tolist()
-    costs = exact_costs(graph)
-    tname, oname = graph.tensor_names, graph.op_names
-    # live[t]: 1 live, 0 not live; ever[t]: allocated at least once
-    live = [0] * T
-    ever = [False] * T
-    level = 0
-    for t in range(T):
-        if producer[t] < 0 and not resident[t]:
-            live[t] = 1
-            ever[t] = True
-            level += size[t]
-    base_live_aliases = [0] * T  # per base: how many of its aliases are live
-    off = graph.resident_bytes
-    count = [0] * n
-    extra = 0
-    S = len(plan)
-    profile = np.empty(S + 1, np.int64)
-    profile[0] = level + off
-    peak_val = level + off
-    for i, (k, x) in enumerate(zip(plan.kind.tolist(), plan.index.tolist())):
-        if k == RUN:
-            v = x
-            if caps is not None and count[v] > caps[v]:
-                raise ScheduleError(f"step {i}: op {oname[v]!r} runs a {_nth(count[v] + 1)} time, beyond its cap of "
-                                    f"{caps[v]} recomputation{'s' if caps[v] != 1 else ''}")
-            for j in range(in_ptr[v], in_ptr[v + 1]):
-                t = in_idx[j]
-                if not live[t] and not resident[t]:
-                    raise ScheduleError(f"step {i}: op {oname[v]!r} reads {tname[t]!r}, which is not live"
-                                        + (" (a freed graph input cannot be recomputed)" if producer[t] < 0 else
-                                           "" if ever[t] else f" (its producer {oname[producer[t]]!r} has not run)"))
-            grow = 0
-            for j in range(out_ptr[v], out_ptr[v + 1]):
-                t = out_idx[j]
-                if live[t]:
-                    raise ScheduleError(f"step {i}: op {oname[v]!r} re-runs while its output {tname[t]!r} is live "
-                                        "(a re-run re-allocates every output: free it first)")
-                grow += size[t]
-            level += grow
-            mem = level + ws[v] + off
-            profile[i + 1] = mem
-            if mem > peak_val:
-                peak_val = mem
-            for j in range(out_ptr[v], out_ptr[v + 1]):
-                t = out_idx[j]
-                live[t] = 1
-                ever[t] = True
-                if t in alias:
-                    base_live_aliases[alias[t]] += 1
-            if count[v]:
-                extra += costs[v]
-            count[v] += 1
-        else:
-            t = x
-            if resident[t]:
-                raise ScheduleError(f"step {i}: frees resident tensor {tname[t]!r} (resident tensors live for the whole run)")
-            if not live[t]:
-                raise ScheduleError(f"step {i}: frees {tname[t]!r}, which is not live"
-                                    + (" (already freed)" if ever[t] else " (never allocated)"))
-            if base_live_aliases[t]:
-                a = next(a for a, b in alias.items() if b == t and live[a])
-                raise ScheduleError(f"step {i}: frees {tname[t]!r} while its alias {tname[a]!r} is live "
-                                    "(free the alias first)")
-            live[t] = 0
-            level -= size[t]
-            if t in alias:
-                base_live_aliases[alias[t]] -= 1
-            profile[i + 1] = level + off
-    for v in range(n):
-        if count[v] == 0:
-            raise ScheduleError(f"op {oname[v]!r} never runs")
-    for t in np.flatnonzero(graph.tensor_output).tolist():
-        if not live[t] and not resident[t]:
-            raise ScheduleError(f"graph output {tname[t]!r} is not live at the end of the plan")
-    return PlanEvaluation(int(peak_val), _exact_number(extra), profile)
-
-
-def _nth(k: int) -> str:
-    return f"{k}{'th' if 10 <= k % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(k % 10, 'th')}"
+    ev = evaluate_steps(graph, plan.kind, plan.index, resolve_caps(graph, cap), resolve_aliases(graph, aliases))
+    return PlanEvaluation(ev.peak, ev.extra_cost, ev.profile)
 
 
 def plan_from_order(graph: TensorGraph, order: Sequence, *, aliases=None) -> RematPlan:

@@ -1,0 +1,9 @@
+"""memopt.adapters: connections to compilers and runtimes (DESIGN 2).
+
+* :mod:`memopt.adapters.onnx` — ONNX models: import as a tensor graph, reorder the nodes with
+  memopt, run both orders in onnxruntime and measure their peaks.
+* :mod:`memopt.adapters.inductor` — PyTorch Inductor's generated programs.
+
+This package imports nothing: each adapter imports its heavy optional dependency (onnx,
+onnxruntime, torch) lazily, inside its own functions.
+"""

@@ -1,0 +1,334 @@
+"""``memopt.remat(graph, ...)``: capped selective recomputation, the one entry point.
+
+>>> from memopt.core import Op, Tensor, TensorGraph
+>>> g = TensorGraph.build([Tensor("a", 4), Tensor("b", 8), Tensor("d", 2), Tensor("c", 1, output=True)],
+...     [Op("f", (), ("a",), cost=3), Op("g", ("a",), ("b",)), Op("k", ("b",), ("d",)),
+...      Op("h", ("a", "d"), ("c",))])
+>>> r = remat(g, memory_limit=12, cap=1, time_limit=10)
+>>> r.status, r.peak, r.extra_cost, r.cost_lower_bound
+('optimal', 12, 3, 3)
+>>> remat(g, memory_ratio=0.5, cap=1).status          # 0.5 x 14 = 7 < the footprint of k (8 + 2)
+'infeasible'
+>>> [(p.extra_cost, p.peak) for p in remat(g, pareto=True, cap=1).points]
+[(0, 14), (3, 12)]
+
+Questions (exactly one):
+
+* ``memory_limit=M`` (bytes) or ``memory_ratio=R`` (``M = floor(R x P0)``, ``P0`` the optimal
+  no-recomputation peak found by :func:`memopt.schedule`; ``stats["baseline"]`` says whether
+  the scheduler proved it): the minimum extra cost of a plan with peak ``<= M``;
+* ``cost_budget=B``: the minimum peak of a plan with extra cost ``<= B``;
+* ``pareto=True``: the frontier between them, as a :class:`ParetoResult` whose ``points``
+  are ``min_peak`` results of strictly decreasing peak and increasing cost (exact when
+  every point is ``optimal`` and ``complete`` is true; anytime otherwise).
+
+``method``: ``auto`` (default), or a registered method (:mod:`memopt.remat.registry`:
+``heuristic``, ``cpsat``, ``mip``). ``auto`` starts from the scheduling core's optimal order
+(the no-recomputation plan: extra cost 0), runs the heuristic when that does not answer the
+question, and gives the time left to the CP-SAT model while its size allows, warm-started
+with the best plan. ``time_limit`` (seconds) covers the whole call.
+
+Every plan returned was checked by the independent checker
+(:func:`memopt.remat.check_plan`); a disagreement raises
+:class:`~memopt.errors.InternalError`. ``infeasible`` is reported only with a proof: the
+lower bound on the peak of every capped plan (``lower_bound``; the larger of
+:func:`memopt.remat.model_common.footprint_bound` and
+:func:`memopt.remat.lower_bounds.peak_lower_bound`) above the limit, or an exact model
+proving that no plan meets it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from fractions import Fraction
+
+from memopt.errors import InternalError, OptionError, ScheduleError
+from memopt.remat.model_common import RematProblem, better, footprint_bound, plan_from_runs
+from memopt.remat.result import RematResult
+
+__all__ = ["remat", "ParetoResult"]
+
+#: CP-SAT is tried by ``auto`` up to this many run slots (copies x slots grows as its square)
+AUTO_EXACT_SLOTS = 600
+
+
+@dataclass(frozen=True)
+class ParetoResult:
+    """The frontier: ``points`` (``min_peak`` results, peak decreasing, cost increasing),
+    ``complete`` (the last point's peak minus one was proved infeasible, or equals the lower
+    bound), ``status`` (``optimal`` when complete and every point is optimal, else
+    ``feasible``), ``seconds``."""
+
+    points: list
+    complete: bool
+    status: str
+    seconds: float
+    cap: object = None
+    method: str = ""
+    stats: dict = field(default_factory=dict)
+
+    def to_dict(self, graph=None, op_labels=None) -> dict:
+        return {"points": [p.to_dict(graph, op_labels) for p in self.points], "complete": self.complete,
+                "status": self.status, "seconds": round(float(self.seconds), 6), "cap": self.cap,
+                "method": self.method, "stats": self.stats}
+
+
+def _graph_of(model):
+    from memopt.core.instance import Instance
+    from memopt.core.tensor_graph import TensorGraph
+
+    if isinstance(model, Instance):
+        model = model.graph
+    if not isinstance(model, TensorGraph):
+        raise OptionError("recomputation needs a tensor graph (a memopt-graph or a published node-link graph); "
+                          f"got {type(model).__name__}")
+    return model
+
+
+def _ratio(value) -> Decimal:
+    try:
+        r = Decimal(str(value)) if not isinstance(value, Decimal) else value
+    except (InvalidOperation, ValueError):
+        raise OptionError(f"memory ratio must be a number, got {value!r}") from None
+    if isinstance(value, bool) or not r.is_finite() or r <= 0 or r > 10**6:
+        raise OptionError(f"memory ratio must be finite, > 0 and <= 1e6, got {value!r}")
+    return r
+
+
+class _Call:
+    """One ``remat`` call: the problem, its deadline, the scheduling baseline, the bound."""
+
+    def __init__(self, graph, cap, time_limit, seed, method):
+        self.t0 = time.perf_counter()
+        self.p = RematProblem.of(graph, cap)
+        self.deadline = self.t0 + time_limit
+        self.seed = seed
+        self.method = method
+        self._base = None
+        self._lower = None
+
+    def left(self) -> float:
+        return max(0.0, self.deadline - time.perf_counter())
+
+    def base(self):
+        """``(plan, peak, status)`` of the scheduling core's best no-recomputation order."""
+        if self._base is None:
+            from memopt.schedule import schedule
+
+            res = schedule(self.p.graph, time_limit=max(0.05, 0.25 * self.left()), seed=self.seed)
+            self._base = (plan_from_runs(self.p, res.order.tolist()), int(res.peak), res.status)
+        return self._base
+
+    def lower(self) -> int:
+        """A lower bound on the peak of every plan within the caps."""
+        if self._lower is None:
+            from memopt.remat.lower_bounds import peak_lower_bound
+
+            caps = list(self.p.caps)
+            self._lower = max(footprint_bound(self.p), int(peak_lower_bound(self.p.graph, caps, trap=False)))
+            if all(k == 0 for k in caps):
+                # no recomputation: the plan is an order, and the scheduler's bound applies
+                plan, pk, status = self.base()
+                if status in ("certified", "optimal"):
+                    self._lower = max(self._lower, pk)
+        return self._lower
+
+    # ---------------------------------------------------------------- one question
+    def solve(self, question: str, memory_limit=None, cost_budget=None, *, time_share: float = 1.0) -> RematResult:
+        from memopt.remat.model_common import check_question
+        from memopt.remat.registry import get_method
+
+        memory_limit, cost_budget = check_question(question, memory_limit, cost_budget)
+        t_start = time.perf_counter()
+        budget_end = time.perf_counter() + time_share * self.left()
+        p = self.p
+        lower = self.lower()
+        common = dict(question=question, memory_limit=memory_limit, cost_budget=cost_budget, cap=list(p.caps),
+                      method=self.method)
+        if question == "min_cost" and lower > memory_limit:
+            return RematResult(plan=None, peak=None, extra_cost=None, status="infeasible", lower_bound=lower,
+                               stats={"proof": f"every plan within the caps peaks at >= {lower} bytes "
+                                               f"(lower bound on the peak)"}, seconds=time.perf_counter() - t_start,
+                               **common)
+        if self.method != "auto":
+            inc = None
+            if get_method(self.method).kind == "exact":
+                # warm start: the no-recomputation optimum, or the heuristic's plan when that
+                # does not fit the limit (a few tenths of the time)
+                plan, pk, _ = self.base()
+                inc = plan if question == "min_peak" or pk <= memory_limit else None
+                if inc is None:
+                    h = get_method("heuristic").load()(p, question=question, memory_limit=memory_limit,
+                                                       cost_budget=cost_budget, cap=list(p.caps),
+                                                       time_limit=0.2 * max(0.0, budget_end - time.perf_counter()),
+                                                       incumbent=plan, seed=self.seed)
+                    inc = h.plan if h.status in ("optimal", "feasible") else None
+            res = get_method(self.method).load()(p, question=question, memory_limit=memory_limit,
+                                                 cost_budget=cost_budget, cap=list(p.caps),
+                                                 time_limit=max(0.0, budget_end - time.perf_counter()),
+                                                 incumbent=inc, seed=self.seed)
+            return self._close(res, lower, t_start)
+        # auto: the no-recomputation optimum, the heuristic, then CP-SAT while it can prove something
+        plan, pk, _ = self.base()
+        from memopt.remat.model_common import evaluate
+
+        best = RematResult(plan=plan, peak=pk, extra_cost=evaluate(p, plan)[1], status="feasible",
+                           lower_bound=lower, cost_lower_bound=0 if question == "min_cost" else None, **common)
+        if question == "min_cost" and pk > memory_limit:
+            best = None
+        parts = {}
+        if best is None or (question == "min_peak" and best.peak > lower):
+            h = get_method("heuristic").load()(p, question=question, memory_limit=memory_limit,
+                                               cost_budget=cost_budget, cap=list(p.caps),
+                                               time_limit=0.3 * max(0.0, budget_end - time.perf_counter()),
+                                               incumbent=plan, seed=self.seed)
+            parts["heuristic"] = h.status
+            best = _merge(question, best, h)
+        if _open(best, lower) and p.slots <= AUTO_EXACT_SLOTS:
+            inc = best.plan if best is not None and best.status != "unknown" else None
+            e = get_method("cpsat").load()(p, question=question, memory_limit=memory_limit, cost_budget=cost_budget,
+                                           cap=list(p.caps),
+                                           time_limit=max(0.0, budget_end - time.perf_counter()),
+                                           incumbent=inc, seed=self.seed)
+            parts["cpsat"] = e.status
+            best = _merge(question, best, e)
+        if best is None:
+            best = RematResult(plan=None, peak=None, extra_cost=None, status="unknown", lower_bound=lower,
+                               cost_lower_bound=0, **common)
+        best = best.with_(stats={**best.stats, "parts": parts})
+        return self._close(best, lower, t_start)
+
+    def _close(self, res: RematResult, lower: int, t_start: float) -> RematResult:
+        """Check the plan independently, fold in the call's bound, fix the status."""
+        from memopt.remat.checker import check_plan
+
+        p = self.p
+        lb = max(lower, res.lower_bound or 0)
+        status = res.status
+        if res.plan is not None:
+            try:
+                pk, c = check_plan(p.graph, res.plan, cap=list(p.caps))
+            except ScheduleError as exc:
+                raise InternalError("remat-checked-plan", f"the independent checker rejects the plan of "
+                                                          f"{res.method}: {exc}") from None
+            if pk != res.peak or Fraction(c) != Fraction(res.extra_cost):
+                raise InternalError("remat-checked-plan", f"the checker measures peak {pk}, extra cost {c}; "
+                                                          f"{res.method} claimed {res.peak}, {res.extra_cost}")
+            if status != "unknown":
+                if res.question == "min_cost" and pk > res.memory_limit:
+                    raise InternalError("remat-limit", f"plan peaks at {pk} above the limit {res.memory_limit}")
+                if res.question == "min_peak" and Fraction(c) > Fraction(res.cost_budget):
+                    raise InternalError("remat-budget", f"plan costs {c} above the budget {res.cost_budget}")
+            if res.question == "min_peak":
+                if lb > pk:
+                    raise InternalError("remat-bound", f"a lower bound ({lb}) exceeds a checked peak ({pk})")
+                status = "optimal" if pk <= lb else status
+        elif status == "infeasible" and res.question == "min_cost" and lb <= res.memory_limit \
+                and "proof" not in res.stats:
+            raise InternalError("remat-infeasible", "infeasible without a proof")
+        return res.with_(lower_bound=lb, status=status, method=self.method if self.method != "auto" else
+                         f"auto ({res.method})" if not res.method.startswith("auto") else res.method,
+                         seconds=time.perf_counter() - t_start)
+
+
+def _open(res: RematResult | None, lower: int) -> bool:
+    """Is there anything left to prove?"""
+    if res is None:
+        return True
+    if res.status in ("optimal", "infeasible"):
+        return False
+    if res.question == "min_peak":
+        return res.peak > lower
+    return True
+
+
+def _merge(question: str, a: RematResult | None, b: RematResult) -> RematResult:
+    """The better plan of two results on the same question, with the stronger bounds."""
+    if a is None:
+        return b
+    if b.status == "infeasible":
+        if a.plan is not None and a.status != "unknown":
+            raise InternalError("remat-merge", f"{b.method} proved infeasible what {a.method} solved")
+        return b
+    cand = [r for r in (a, b) if r.plan is not None and r.status != "unknown"]
+    if cand:
+        win = cand[0]
+        for r in cand[1:]:
+            if better(question, (r.peak, r.extra_cost), (win.peak, win.extra_cost)):
+                win = r
+    else:
+        win = a if (a.plan is not None and (b.plan is None or a.peak <= b.peak)) else b
+    lb = max(a.lower_bound or 0, b.lower_bound or 0)
+    if question == "min_cost":
+        clb = max(Fraction(a.cost_lower_bound or 0), Fraction(b.cost_lower_bound or 0))
+        clb = int(clb) if clb.denominator == 1 else clb
+        status = win.status
+        if win.plan is not None and win.status != "unknown":
+            status = "optimal" if Fraction(win.extra_cost) <= Fraction(clb) else "feasible"
+        return win.with_(lower_bound=lb, cost_lower_bound=clb, status=status)
+    status = "optimal" if win.peak <= lb else "feasible"
+    return win.with_(lower_bound=lb, status=status)
+
+
+def remat(graph, *, memory_limit=None, memory_ratio=None, cost_budget=None, pareto: bool = False, cap=1,
+          method: str = "auto", time_limit: float = 10.0, seed: int = 0):
+    """Capped selective recomputation of ``graph`` (a :class:`~memopt.core.TensorGraph` or a
+    loaded instance); see the module docstring. Returns a :class:`RematResult`
+    (:class:`ParetoResult` with ``pareto=True``)."""
+    from memopt.remat.registry import get_method
+    from memopt.schedule.api import check_time_limit
+
+    time_limit = check_time_limit(time_limit)
+    given = [k for k, v in (("memory_limit", memory_limit), ("memory_ratio", memory_ratio),
+                            ("cost_budget", cost_budget), ("pareto", pareto or None)) if v is not None]
+    if len(given) != 1:
+        raise OptionError("give exactly one of memory_limit, memory_ratio, cost_budget, pareto=True"
+                          + (f" (got {', '.join(given)})" if given else ""))
+    if method != "auto":
+        get_method(method)
+    call = _Call(_graph_of(graph), cap, time_limit, seed, method)
+    if pareto:
+        return _pareto(call)
+    stats = {}
+    if memory_ratio is not None:
+        r = _ratio(memory_ratio)
+        _, p0, status = call.base()
+        memory_limit = int((r * p0).to_integral_value(rounding="ROUND_FLOOR"))
+        stats = {"baseline": {"peak": p0, "status": status, "ratio": str(r)}}
+    if cost_budget is not None:
+        res = call.solve("min_peak", cost_budget=cost_budget)
+    else:
+        res = call.solve("min_cost", memory_limit=memory_limit)
+    return res.with_(seconds=time.perf_counter() - call.t0, stats={**res.stats, **stats})
+
+
+def _pareto(call: _Call) -> ParetoResult:
+    """Points from cost 0 upwards: min peak at budget 0, then repeatedly the cheapest plan
+    below the last peak, tightened to the least peak at that cost."""
+    points = []
+    complete = False
+    r = call.solve("min_peak", cost_budget=0, time_share=0.3)
+    points.append(r)
+    while call.left() > 0:
+        last = points[-1]
+        if last.peak <= call.lower():
+            complete = True
+            break
+        c = call.solve("min_cost", memory_limit=last.peak - 1, time_share=0.5)
+        if c.status == "infeasible":
+            complete = last.status == "optimal"
+            break
+        if c.plan is None or c.status == "unknown":
+            break
+        q = call.solve("min_peak", cost_budget=c.extra_cost, time_share=0.5)
+        if q.peak >= last.peak:  # a heuristic may not improve on its own cost point
+            q = c.with_(question="min_peak", cost_budget=c.extra_cost,
+                        status="feasible" if c.status != "optimal" else "feasible")
+        if c.status == "optimal" and q.status != "optimal":
+            q = q.with_(status="feasible")
+        points.append(q)
+    status = "optimal" if complete and all(p.status == "optimal" for p in points) else "feasible"
+    return ParetoResult(points=points, complete=complete, status=status, seconds=time.perf_counter() - call.t0,
+                        cap=list(call.p.caps), method=call.method)

@@ -1,0 +1,325 @@
+"""Exact capped recomputation as a CP-SAT model of retention intervals (OR-Tools).
+
+Moccasin (Bartan et al., ICML 2023; ``haoming-codes/moccasin``, ``src/moccasin/cp.py``) gives
+each node ``C`` optional *retention intervals* — a computation followed by the time its
+result is kept — and bounds memory with one cumulative constraint. As published it restricts
+interval starts to Checkmate's stages and interval lengths to a log-spaced set of ``5N``
+values, so its "optimal" is optimal for a restricted model. This model (written from the
+idea, not the code) has neither restriction:
+
+* time is the **run slot** ``0..T-1``, ``T = sum_v (1 + k(v))`` (no plan within the caps has
+  more runs); ``nruns`` = number of runs, and runs fill exactly the slots ``0..nruns-1``;
+* op ``v`` has ``1 + k(v)`` copies ``j`` with presence ``p[v, j]`` (``p[v, 0] = 1``, copies
+  in order: ``p[v, j+1] -> p[v, j]``, ``s[v, j] < s[v, j+1]``) and run slot ``s[v, j]``;
+  all run intervals ``[s, s+1)`` are pairwise disjoint (one run per slot), and
+  ``s[v, j] < nruns = sum p``;
+* every output ``x`` of copy ``j`` has its own retention interval ``[s[v, j], e[x, j])``
+  (``e >= s + 1``: allocated while ``v`` runs; live before slot ``t`` iff ``s < t < e``;
+  ``e = nruns`` means live at the end), so two outputs of one run may be freed at
+  different times; copies of one tensor never overlap (``e[x, j] <= s[v, j+1]``), which is
+  the rule "a run needs none of its outputs live";
+* a non-resident graph input ``x`` has the interval ``[0, e_x)`` (``e_x = 0``: freed at the
+  start);
+* a run of ``v`` needs each input ``x`` live: a literal per copy ``i`` of ``x``'s producer
+  with ``s[u, i] < s[v, j] < e[x, i]``, at least one true (``e_x > s[v, j]`` for inputs);
+* graph outputs: some copy has ``e = nruns``;
+* memory: one cumulative constraint over the tensor intervals (demand = size) and the
+  workspace intervals ``[s, s+1)`` (demand = ``w(v)``), capacity ``M - resident`` or ``P``.
+
+Objective: ``sum_{j >= 1} c(v) p[v, j]`` (``min_cost``) or ``P`` under the cost budget
+(``min_peak``). Bytes are divided by their gcd; costs as in
+:func:`~memopt.remat.model_common.cost_scale`.
+
+**Exact for caps.** A valid plan with at most ``1 + k(v)`` runs per op: put run ``i`` in slot
+``i``; the ``j``-th run of ``v`` is copy ``j``; each production of ``x`` lives from its run's
+slot to the slot of the first run after its free (``nruns`` if never freed). Every
+constraint is a rule of the model, and the cumulative load at slot ``t`` is exactly the
+memory while run ``t`` runs (live before it, its outputs, its workspace). Conversely a
+solution is the plan "run slot ``t``'s op; free each tensor after the last slot it covers"
+(:func:`~memopt.remat.model_common.plan_from_slots`) with the same memory. The plan is
+re-evaluated exactly and checked before it is returned.
+
+With several workers CP-SAT may return different optimal plans from run to run; the
+optimal values do not change. ``num_workers=1`` is deterministic for a given ``seed``.
+
+Example
+-------
+>>> from memopt.core import Op, Tensor, TensorGraph
+>>> g = TensorGraph.build([Tensor("a", 4), Tensor("b", 8), Tensor("d", 2), Tensor("c", 1, output=True)],
+...     [Op("f", (), ("a",), cost=3), Op("g", ("a",), ("b",)), Op("k", ("b",), ("d",)),
+...      Op("h", ("a", "d"), ("c",))])
+>>> r = solve_cpsat(g, "min_cost", memory_limit=12, cap=1, time_limit=10)
+>>> r.status, r.extra_cost, r.peak
+('optimal', 3, 12)
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from fractions import Fraction
+
+from memopt.remat.model_common import (RematProblem, ancestor_counts, byte_scale, cost_scale, footprint_bound,
+                                       finish_result, plan_from_slots, slots_from_plan, start_result)
+
+__all__ = ["solve_cpsat", "cpsat_method"]
+
+#: models with more copies x slots than this are not built (the incumbent comes back)
+MAX_SIZE = 2_000_000
+
+
+def solve_cpsat(problem, question: str, *, memory_limit: int | None = None, cost_budget=None, cap=1,
+                time_limit: float = 10.0, incumbent=None, seed: int = 0, num_workers: int = 2):
+    """Solve ``question`` exactly with CP-SAT within ``time_limit`` seconds; a
+    :class:`~memopt.remat.result.RematResult` (see :func:`memopt.remat.mip.solve_mip`)."""
+    from ortools.sat.python import cp_model
+
+    t0 = time.perf_counter()
+    p = RematProblem.of(problem, cap)
+    early = start_result(p, question, memory_limit, cost_budget, incumbent, "cpsat", t0)
+    if early.done:
+        return early.result
+    T = p.slots
+    copies_total = T
+    stats = {"slots": T, "copies": copies_total}
+    if copies_total * T > MAX_SIZE:
+        stats["solver_status"] = "model_too_large"
+        return finish_result(p, early, None, None, "cpsat", t0, stats)
+    g = byte_scale(p)
+    cs, factor, exact = cost_scale(p)
+    anc = ancestor_counts(p)
+    m = cp_model.CpModel()
+    nruns = m.new_int_var(max(p.n, 0), T, "nruns")
+    K = [1 + k for k in p.caps]
+    pres, start = [], []
+    run_iv, ws_iv, ws_dem = [], [], []
+    for v in range(p.n):
+        pv, sv = [], []
+        for j in range(K[v]):
+            b = m.new_bool_var(f"p{v}_{j}")
+            if j == 0:
+                m.add(b == 1)
+            lb = min(anc[v] + j, T - 1)
+            s = m.new_int_var(lb, T - 1, f"s{v}_{j}")
+            m.add(s + 1 <= nruns).only_enforce_if(b)
+            if j > 0:
+                m.add_implication(b, pv[j - 1])
+                m.add(s >= sv[j - 1] + 1).only_enforce_if(b)
+                m.add(s == lb).only_enforce_if(b.negated())  # absent copies: one fixed value
+            pv.append(b)
+            sv.append(s)
+            run_iv.append(m.new_optional_fixed_size_interval_var(s, 1, b, f"run{v}_{j}"))
+            if p.ws[v] // g:
+                ws_iv.append(run_iv[-1])
+                ws_dem.append(p.ws[v] // g)
+        pres.append(pv)
+        start.append(sv)
+    m.add(nruns == sum(b for pv in pres for b in pv))
+    if run_iv:
+        m.add_no_overlap(run_iv)
+    # retention intervals
+    end: dict = {}
+    intervals, demands = list(ws_iv), list(ws_dem)
+    for v in range(p.n):
+        for x in p.outs[v]:
+            ex = []
+            for j in range(K[v]):
+                e = m.new_int_var(1, T, f"e{x}_{j}")
+                d = m.new_int_var(1, T, f"d{x}_{j}")
+                iv = m.new_optional_interval_var(start[v][j], d, e, pres[v][j], f"keep{x}_{j}")
+                m.add(e <= nruns).only_enforce_if(pres[v][j])
+                m.add(e == start[v][j] + 1).only_enforce_if(pres[v][j].negated())
+                if j > 0:
+                    m.add(ex[j - 1] <= start[v][j]).only_enforce_if(pres[v][j])
+                ex.append(e)
+                if p.size[x] // g and not p.resident[x]:
+                    intervals.append(iv)
+                    demands.append(p.size[x] // g)
+            end[x] = ex
+    for x in p.inputs:
+        e = m.new_int_var(0, T, f"e{x}")
+        m.add(e <= nruns)
+        end[x] = [e]
+        if p.size[x] // g:
+            intervals.append(m.new_interval_var(0, e, e, f"keep{x}"))
+            demands.append(p.size[x] // g)
+    # inputs live at every run; reads[(x, i)]: (literal, slot) of every run that reads copy i
+    inputs = set(p.inputs)
+    reads: dict = {}
+    for v in range(p.n):
+        for j in range(K[v]):
+            s, b = start[v][j], pres[v][j]
+            for x in p.ins[v]:
+                if x in inputs:
+                    m.add(end[x][0] >= s + 1).only_enforce_if(b)
+                    reads.setdefault((x, 0), []).append((b, s))
+                    continue
+                u = p.producer[x]
+                if K[u] == 1:
+                    m.add(start[u][0] + 1 <= s).only_enforce_if(b)
+                    m.add(end[x][0] >= s + 1).only_enforce_if(b)
+                    reads.setdefault((x, 0), []).append((b, s))
+                    continue
+                lits = []
+                for i in range(K[u]):
+                    c = m.new_bool_var(f"c{v}_{j}_{x}_{i}")
+                    m.add_implication(c, pres[u][i])
+                    m.add(start[u][i] + 1 <= s).only_enforce_if(c)
+                    m.add(end[x][i] >= s + 1).only_enforce_if(c)
+                    lits.append(c)
+                    reads.setdefault((x, i), []).append((c, s))
+                m.add_bool_or(lits).only_enforce_if(b)
+    finals: dict = {}
+    for x in p.outputs:
+        if x in inputs:
+            m.add(end[x][0] >= nruns)
+            finals[(x, 0)] = None
+            continue
+        u = p.producer[x]
+        lits = []
+        for i in range(K[u]):
+            o = m.new_bool_var(f"o{x}_{i}")
+            m.add_implication(o, pres[u][i])
+            m.add(end[x][i] >= nruns).only_enforce_if(o)
+            lits.append(o)
+            finals[(x, i)] = o
+        m.add_bool_or(lits)
+    # Dominance 1 (frees as early as possible, which never raises memory): each copy of a
+    # tensor ends right after its last read (right after its production if nobody reads it),
+    # or at the end if it is the graph output's final copy.
+    for x, ex in end.items():
+        for i, e in enumerate(ex):
+            terms = []
+            if x not in inputs:
+                terms.append(start[p.producer[x]][i] + 1)
+            for lit, slot in reads.get((x, i), []):
+                r = m.new_int_var(0, T, f"r{x}_{i}_{len(terms)}")
+                m.add(r == slot + 1).only_enforce_if(lit)
+                m.add(r == 0).only_enforce_if(lit.negated())
+                terms.append(r)
+            if (x, i) in finals:
+                o = finals[(x, i)]
+                if o is None:
+                    terms.append(nruns)
+                else:
+                    r = m.new_int_var(0, T, f"f{x}_{i}")
+                    m.add(r == nruns).only_enforce_if(o)
+                    m.add(r == 0).only_enforce_if(o.negated())
+                    terms.append(r)
+            if terms:
+                m.add_max_equality(e, terms)
+            else:
+                m.add(e == 0)
+    # Dominance 2 (a re-run none of whose positive-size outputs is read afterwards or kept to
+    # the end can be deleted without raising memory or cost: memopt.remat.brute_force,
+    # rules 3 and 4): every re-run has such a use.
+    for v in range(p.n):
+        pos = [x for x in p.outs[v] if p.size[x] > 0]
+        for j in range(1, K[v]):
+            uses = [lit for x in pos for lit, _ in reads.get((x, j), [])]
+            uses += [finals[(x, j)] for x in pos if finals.get((x, j)) is not None]
+            if uses:
+                m.add_bool_or(uses).only_enforce_if(pres[v][j])
+            else:
+                m.add(pres[v][j] == 0)
+    extra = sum(cs[v] * pres[v][j] for v in range(p.n) for j in range(1, K[v]) if cs[v])
+    lower = footprint_bound(p)
+    P = None
+    if question == "min_cost":
+        capacity = (int(early.memory_limit) - p.resident_bytes) // g
+        if intervals:
+            m.add_cumulative(intervals, demands, capacity)
+        m.minimize(extra)
+    else:
+        lo_u = -(-(lower - p.resident_bytes) // g)
+        hi_u = (early.upper_peak - p.resident_bytes) // g
+        P = m.new_int_var(lo_u, max(lo_u, hi_u), "P")
+        if intervals:
+            m.add_cumulative(intervals, demands, P)
+        m.add(extra <= math.floor(Fraction(early.cost_budget) * factor))
+        m.minimize(P)
+    if early.incumbent is not None:
+        _hint(m, p, early.incumbent, pres, start, end, nruns, P, g)
+    solver = cp_model.CpSolver()
+    left = float(time_limit) - (time.perf_counter() - t0)
+    if left <= 0:
+        stats["solver_status"] = "time_limit_while_building"
+        return finish_result(p, early, None, None, "cpsat", t0, stats)
+    solver.parameters.max_time_in_seconds = max(0.01, left)
+    solver.parameters.num_workers = int(num_workers)
+    solver.parameters.random_seed = int(seed) % 2**31
+    status = solver.solve(m)
+    stats["solver_status"] = solver.status_name(status)
+    plan = None
+    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        plan = _plan(solver, p, pres, start, end, nruns)
+    if status == cp_model.INFEASIBLE:
+        proven = ("infeasible",)
+    elif status in (cp_model.OPTIMAL, cp_model.FEASIBLE) or math.isfinite(solver.best_objective_bound):
+        units = math.ceil(solver.best_objective_bound - 1e-6)
+        if status == cp_model.UNKNOWN and units <= -(2**53):
+            proven = None
+        elif question == "min_cost":
+            proven = ("cost", Fraction(max(0, units)) / factor)
+        else:
+            proven = ("peak", p.resident_bytes + g * max(units, 0))
+    else:
+        proven = None
+    return finish_result(p, early, plan, proven, "cpsat", t0, stats)
+
+
+def _plan(solver, p: RematProblem, pres, start, end, nruns):
+    n_runs = solver.value(nruns)
+    run_at = [None] * n_runs
+    cover: dict = {}
+    for v in range(p.n):
+        for j, b in enumerate(pres[v]):
+            if solver.boolean_value(b):
+                s = solver.value(start[v][j])
+                run_at[s] = v
+                for x in p.outs[v]:
+                    cover.setdefault(x, []).append((s, solver.value(end[x][j])))
+    for x in p.inputs:
+        cover[x] = [(-1, solver.value(end[x][0]))]
+    live = []
+    for t in range(n_runs + 1):
+        now = set()
+        for x, ivs in cover.items():
+            if p.resident[x]:
+                continue
+            for s, e in ivs:
+                if s < t < e or (t == n_runs and s < t and e >= n_runs):
+                    now.add(x)
+                    break
+        live.append(now)
+    return plan_from_slots(p, run_at, live)
+
+
+def _hint(m, p: RematProblem, plan, pres, start, end, nruns, P, g) -> None:
+    run_at, _, copies, ends = slots_from_plan(p, plan)
+    n_runs = len(run_at)
+    m.add_hint(nruns, n_runs)
+    for v in range(p.n):
+        slots = copies[v]
+        for j, b in enumerate(pres[v]):
+            m.add_hint(b, j < len(slots))
+            if j < len(slots):
+                m.add_hint(start[v][j], slots[j])
+        for x in p.outs[v]:
+            ivs = sorted(ends.get(x, []))
+            for j, (s, e) in enumerate(ivs[: len(pres[v])]):
+                m.add_hint(end[x][j], max(e, s + 1))
+    for x in p.inputs:
+        ivs = ends.get(x, [(-1, n_runs)])
+        m.add_hint(end[x][0], ivs[0][1])
+    if P is not None:
+        from memopt.remat.model_common import evaluate
+
+        m.add_hint(P, (evaluate(p, plan)[0] - p.resident_bytes) // g)
+
+
+def cpsat_method(problem, *, question: str, memory_limit=None, cost_budget=None, cap=1, time_limit: float = 10.0,
+                 incumbent=None, seed: int = 0):
+    """Registry method ``cpsat`` (see :mod:`memopt.remat.registry`)."""
+    return solve_cpsat(problem, question, memory_limit=memory_limit, cost_budget=cost_budget, cap=cap,
+                       time_limit=time_limit, incumbent=incumbent, seed=seed)

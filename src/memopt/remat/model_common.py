@@ -1,0 +1,449 @@
+"""What the recomputation solvers share: the problem, slots, bounds, scaling, plan building.
+
+Nothing here belongs to one solver; :mod:`memopt.remat.mip` and :mod:`memopt.remat.cpsat`
+import only this module (never each other), so each stays an independent cross-check.
+
+* :class:`RematProblem` — a tensor graph with resolved, finite per-op caps and the flat
+  arrays every model reads (non-resident inputs and outputs of each op, sizes, costs);
+* **slots**: with caps ``k(v)`` a plan has at most ``T = sum_v (1 + k(v))`` runs, so
+  numbering the runs ``0..T-1`` loses nothing — both exact models are indexed by these
+  slots (:attr:`RematProblem.slots`); :func:`slots_from_plan` maps a plan to its slots (for
+  warm starts) and :func:`plan_from_slots` maps a slot solution back to a plan;
+* :func:`footprint_bound` — a lower bound on the peak of *every* plan, whatever the caps;
+* :func:`byte_scale` / :func:`cost_scale` — gcd scaling of bytes, exact-or-floor integer costs;
+* :func:`plan_from_runs` — the plan of a run sequence with every tensor freed as early as
+  possible (used by the heuristic).
+
+The footprint bound
+-------------------
+Let ``R`` be the resident bytes, ``I`` the non-resident graph inputs that are graph outputs
+(never freed: they have no producer and must be live at the end), and for an op ``v`` let
+``F(v) = R + s(inputs(v) ∪ outputs(v) ∪ I) + w(v)`` (non-resident tensors). Every plan runs
+``v`` at least once; while it runs, its inputs are live (a rule), its outputs are allocated
+and its workspace held, and ``I`` is live — so the peak is at least ``F(v)``. The start
+memory ``R + s(non-resident graph inputs)`` is a moment of every plan. At the last run of a
+plan (if there is any op) every graph output is live or being allocated — an output freed
+earlier would have to be produced again by a later run — so the peak is at least
+``R + s(non-resident graph outputs)``. Hence
+
+    peak(P) >= max(start, max_v F(v), R + s(outputs))      for every valid plan P,
+
+for every cap, which is what ``infeasible`` may rest on without an exact solver
+(``docs/remat.md``, "Infeasibility").
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+from memopt.core.remat import FREE, RUN, evaluate_steps, exact_costs
+from memopt.core.tensor_graph import TensorGraph
+from memopt.errors import OptionError, ScheduleError
+
+__all__ = ["RematProblem", "MAX_CAP", "footprint_bound", "byte_scale", "cost_scale", "plan_from_runs",
+           "plan_from_slots", "slots_from_plan", "evaluate", "QUESTIONS"]
+
+#: the largest per-op cap the slot models accept (a model has ``sum (1 + k)`` slots)
+MAX_CAP = 64
+QUESTIONS = ("min_cost", "min_peak")
+
+
+@dataclass(frozen=True, eq=False)
+class RematProblem:
+    """A tensor graph with finite per-op caps, flattened for the models.
+
+    ``ins[v]`` / ``outs[v]``: non-resident input / output tensor ids of op ``v``;
+    ``inputs``: non-resident graph inputs; ``outputs``: non-resident graph outputs;
+    ``start``: the memory at the start (resident + non-resident graph inputs).
+    """
+
+    graph: TensorGraph
+    caps: tuple
+    size: tuple
+    producer: tuple
+    resident: tuple
+    ins: tuple
+    outs: tuple
+    ws: tuple
+    costs: tuple
+    inputs: tuple
+    outputs: tuple
+    resident_bytes: int
+    start: int
+
+    @classmethod
+    def of(cls, problem, cap=None) -> "RematProblem":
+        """The problem of a :class:`TensorGraph` (or of a problem object with a ``graph``) for
+        ``cap`` (one ``k`` for every op, a list or a mapping; see
+        :func:`memopt.remat.plan.resolve_caps`). Returned unchanged if it already is one and
+        ``cap`` is ``None``. Caps must be finite and at most :data:`MAX_CAP`."""
+        from memopt.remat.plan import resolve_caps
+
+        if isinstance(problem, RematProblem):
+            if cap is None:
+                return problem
+            problem = problem.graph
+        graph = problem if isinstance(problem, TensorGraph) else getattr(problem, "graph", None)
+        if not isinstance(graph, TensorGraph):
+            raise OptionError(f"recomputation needs a tensor graph, got {type(problem).__name__}")
+        caps = resolve_caps(graph, 1 if cap is None else cap)
+        big = [v for v, k in enumerate(caps) if k > MAX_CAP]
+        if big:
+            raise OptionError(f"op {graph.op_names[big[0]]!r}: recomputation cap {caps[big[0]]} is above "
+                              f"{MAX_CAP}; the solvers need a finite cap (give every op one)")
+        size = tuple(int(s) for s in graph.tensor_size.tolist())
+        resident = tuple(bool(r) for r in graph.tensor_resident.tolist())
+        producer = tuple(int(p) for p in graph.tensor_producer.tolist())
+        n = graph.num_ops
+        ins = tuple(tuple(int(t) for t in graph.inputs_of(v) if not resident[int(t)]) for v in range(n))
+        outs = tuple(tuple(int(t) for t in graph.outputs_of(v)) for v in range(n))
+        inputs = tuple(t for t in range(graph.num_tensors) if producer[t] < 0 and not resident[t])
+        outputs = tuple(int(t) for t in np.flatnonzero(graph.tensor_output).tolist() if not resident[int(t)])
+        rb = int(graph.resident_bytes)
+        return cls(graph=graph, caps=tuple(caps), size=size, producer=producer, resident=resident, ins=ins,
+                   outs=outs, ws=tuple(int(w) for w in graph.op_workspace.tolist()),
+                   costs=tuple(exact_costs(graph)), inputs=inputs, outputs=outputs, resident_bytes=rb,
+                   start=rb + sum(size[t] for t in inputs))
+
+    @property
+    def n(self) -> int:
+        return self.graph.num_ops
+
+    @property
+    def num_tensors(self) -> int:
+        return self.graph.num_tensors
+
+    @property
+    def slots(self) -> int:
+        """``T = sum_v (1 + k(v))``: no plan within the caps has more runs."""
+        return sum(1 + k for k in self.caps)
+
+    @property
+    def max_extra_runs(self) -> int:
+        return sum(self.caps)
+
+    def out_bytes(self, v: int) -> int:
+        return sum(self.size[t] for t in self.outs[v])
+
+    def live_tensors(self) -> list[int]:
+        """Non-resident tensors (the ones whose liveness a model decides)."""
+        return [t for t in range(self.num_tensors) if not self.resident[t]]
+
+
+# ---------------------------------------------------------------------------- bounds
+def footprint_bound(p: RematProblem) -> int:
+    """``max(start, max_v F(v), R + s(outputs))``: a lower bound on the peak of every valid
+    plan, for every cap (the argument is in the module docstring)."""
+    pinned = set(t for t in p.outputs if p.producer[t] < 0)
+    best = p.start
+    for v in range(p.n):
+        ts = set(p.ins[v]) | set(p.outs[v]) | pinned
+        best = max(best, p.resident_bytes + sum(p.size[t] for t in ts) + p.ws[v])
+    if p.n:
+        best = max(best, p.resident_bytes + sum(p.size[t] for t in p.outputs))
+    return int(best)
+
+
+# ---------------------------------------------------------------------------- scaling
+def byte_scale(p: RematProblem) -> int:
+    """The gcd of every positive non-resident size and workspace (1 if there is none): the
+    models count bytes in these units, so coefficients stay small and comparisons exact."""
+    g = 0
+    for t in p.live_tensors():
+        g = math.gcd(g, p.size[t])
+    for w in p.ws:
+        g = math.gcd(g, w)
+    return max(g, 1)
+
+
+def cost_scale(p: RematProblem) -> tuple[list[int], Fraction, bool]:
+    """Integer costs for the models: ``(scaled, factor, exact)`` with
+    ``scaled[v] = floor(c(v) * factor)``. ``exact`` is true when every ``c(v) * factor`` is an
+    integer (then model costs are the true costs times ``factor``). Rounding down keeps every
+    model a relaxation of the true cost: ``sum scaled / factor <= true extra cost``, so model
+    bounds stay valid lower bounds either way."""
+    costs = [Fraction(c) for c in p.costs]
+    den = 1
+    for c in costs:
+        den = den * c.denominator // math.gcd(den, c.denominator)
+    top = max([c for c in costs] + [Fraction(1)])
+    runs = max(1, p.max_extra_runs + p.n)
+    if top * den * runs < 2**50:
+        return [int(c * den) for c in costs], Fraction(den), True
+    # non-dyadic-friendly floats: a power-of-two factor with about 2**40 of headroom
+    factor = Fraction(2) ** max(0, int(math.floor(math.log2(2**40 / float(top * runs)))))
+    scaled = [math.floor(c * factor) for c in costs]
+    return scaled, factor, all(c * factor == s for c, s in zip(costs, scaled))
+
+
+# ---------------------------------------------------------------------------- plans
+def evaluate(p: RematProblem, plan):
+    """``(peak, extra_cost)`` of ``plan`` under the problem's caps (validates every rule)."""
+    ev = evaluate_steps(p.graph, plan.kind, plan.index, list(p.caps))
+    return ev.peak, ev.extra_cost
+
+
+def plan_from_runs(p: RematProblem, runs) -> "object":
+    """The plan that runs ``runs`` (op ids, repetitions allowed) in that order and frees every
+    tensor as early as possible: each production of a tensor serves the reads up to the next
+    production; it is freed right after the last of them (right after it is produced if
+    nobody reads it), except that the last production of a graph output stays live. Graph
+    inputs that nobody reads (and that are not outputs) are freed at the start. Raises
+    :class:`ScheduleError` if a run reads a tensor that was never produced before it."""
+    from memopt.remat.plan import RematPlan
+
+    runs = [int(v) for v in runs]
+    T = p.num_tensors
+    n_runs = len(runs)
+    dies_after = [[] for _ in range(n_runs + 1)]   # index 0: at the start, i + 1: after run i
+    # current production of each tensor: the run index that made it (-1 = start) and its last read
+    cur = [None] * T
+    for t in p.inputs:
+        cur[t] = [-1, -1]
+    out_set = set(p.outputs)
+    names = p.graph.op_names
+
+    def close(t, prod):
+        made, last = prod
+        dies_after[max(made, last) + 1].append(t)
+
+    for i, v in enumerate(runs):
+        for t in p.ins[v]:
+            if cur[t] is None:
+                raise ScheduleError(f"run {i}: op {names[v]!r} reads {p.graph.tensor_names[t]!r}, "
+                                    "which has not been produced before")
+            cur[t][1] = i
+        for t in p.outs[v]:
+            if cur[t] is not None:
+                close(t, cur[t])
+            cur[t] = [i, -1]
+    for t in range(T):
+        if cur[t] is not None and t not in out_set and not p.resident[t]:
+            close(t, cur[t])
+    steps = [(FREE, t) for t in sorted(dies_after[0])]
+    for i, v in enumerate(runs):
+        # a re-run needs its outputs not live: their previous production died after its last
+        # read, which comes before this run
+        steps.append((RUN, v))
+        steps.extend((FREE, t) for t in sorted(dies_after[i + 1]))
+    return RematPlan.from_pairs(steps)
+
+
+def plan_from_slots(p: RematProblem, run_at, live) -> "object":
+    """The plan of a slot solution: ``run_at[t]`` is the op run in slot ``t`` (``None``/-1:
+    idle) and ``live[t]`` the set of non-resident tensors live just before slot ``t``
+    (``live[len(run_at)]``: at the end). Frees are emitted right after the slot in which a
+    tensor stops being live (before the first run for graph inputs)."""
+    from memopt.remat.plan import RematPlan
+
+    steps = [(FREE, t) for t in sorted(set(p.inputs) - set(live[0]))]
+    for t_slot, v in enumerate(run_at):
+        before = set(live[t_slot])
+        if v is not None and v >= 0:
+            steps.append((RUN, int(v)))
+            before |= set(p.outs[v])
+        steps.extend((FREE, t) for t in sorted(before - set(live[t_slot + 1])))
+    return RematPlan.from_pairs(steps)
+
+
+def slots_from_plan(p: RematProblem, plan) -> tuple[list[int], list[set], dict, dict]:
+    """A valid plan as slots: ``(run_at, live, copies, ends)`` where ``run_at`` lists the ops
+    in run order, ``live[t]`` the non-resident tensors live just before run ``t`` (after the
+    frees before it; ``live[len(run_at)]`` at the end), ``copies[v]`` the slots of ``v``'s runs,
+    and ``ends[t]`` for each tensor the list of ``(start, end)`` liveness intervals in slots
+    (``start = -1`` for a graph input; ``end`` = the first slot at which it is no longer live,
+    ``len(run_at)`` if it is live at the end)."""
+    live: set = set(p.inputs)
+    run_at: list[int] = []
+    states: list[set] = []
+    copies: dict = {v: [] for v in range(p.n)}
+    open_at: dict = {t: -1 for t in p.inputs}
+    ends: dict = {}
+    for k, x in zip(plan.kind.tolist(), plan.index.tolist()):
+        if k == RUN:
+            slot = len(run_at)
+            states.append(set(live))
+            run_at.append(x)
+            copies[x].append(slot)
+            for t in p.outs[x]:
+                live.add(t)
+                open_at[t] = slot
+        else:
+            if p.resident[x]:
+                continue
+            live.discard(x)
+            # the tensor is not live before the next run: its interval ends at the next slot
+            ends.setdefault(x, []).append((open_at.pop(x), len(run_at)))
+    states.append(set(live))
+    for t, s in open_at.items():
+        ends.setdefault(t, []).append((s, len(run_at)))
+    return run_at, states, copies, ends
+
+
+def ancestor_counts(p: RematProblem) -> list[int]:
+    """Number of (op) ancestors of every op: no run of ``v`` can be in a slot below it."""
+    g = p.graph
+    preds = [set() for _ in range(p.n)]
+    for a, b in zip(*g.op_edges()):
+        preds[int(b)].add(int(a))
+    anc = [0] * p.n
+    for v in g.topological_order().tolist():
+        mask = 0
+        for u in preds[v]:
+            mask |= anc[u] | (1 << u)
+        anc[v] = mask
+    return [bin(a).count("1") for a in anc]
+
+
+# ---------------------------------------------------------------------------- results
+@dataclass
+class Start:
+    """What every method knows before it searches: the question, the footprint bound, and
+    an incumbent plan that answers the question (if any). ``done`` with ``result``: the
+    question is settled already (infeasible by the footprint bound, or the incumbent
+    meets its bound)."""
+
+    question: str
+    memory_limit: int | None
+    cost_budget: object
+    lower: int
+    done: bool = False
+    result: object = None
+    incumbent: object = None
+    incumbent_peak: int | None = None
+    incumbent_cost: object = None
+
+    @property
+    def upper_peak(self) -> int | None:
+        return self.incumbent_peak
+
+
+def check_question(question: str, memory_limit, cost_budget):
+    """Validate the question and its one parameter; returns ``(memory_limit, cost_budget)``
+    as an ``int`` and an exact number."""
+    if question not in QUESTIONS:
+        raise OptionError(f"unknown question {question!r}; choose from {', '.join(QUESTIONS)}")
+    if question == "min_cost":
+        if memory_limit is None or isinstance(memory_limit, bool):
+            raise OptionError("min_cost needs a memory limit (bytes)")
+        if isinstance(memory_limit, float) and not memory_limit.is_integer():
+            raise OptionError(f"memory limit must be a whole number of bytes, got {memory_limit!r}")
+        try:
+            ml = int(memory_limit)
+        except (TypeError, ValueError):
+            raise OptionError(f"memory limit must be a whole number of bytes, got {memory_limit!r}") from None
+        if ml < 0 or ml >= 2**62:
+            raise OptionError(f"memory limit must be in [0, 2**62) bytes, got {memory_limit!r}")
+        return ml, None
+    if cost_budget is None or isinstance(cost_budget, bool):
+        raise OptionError("min_peak needs a cost budget")
+    try:
+        b = Fraction(cost_budget)
+    except (TypeError, ValueError, OverflowError):
+        raise OptionError(f"cost budget must be a finite number >= 0, got {cost_budget!r}") from None
+    if b < 0 or b >= 2**62:
+        raise OptionError(f"cost budget must be a finite number in [0, 2**62), got {cost_budget!r}")
+    return None, (int(b) if b.denominator == 1 else b)
+
+
+def answers(question: str, peak: int, cost, memory_limit, cost_budget) -> bool:
+    return peak <= memory_limit if question == "min_cost" else Fraction(cost) <= Fraction(cost_budget)
+
+
+def better(question: str, a: tuple, b: tuple | None) -> bool:
+    """Is ``a = (peak, cost)`` a better answer than ``b``?"""
+    if b is None:
+        return True
+    if question == "min_cost":
+        return (Fraction(a[1]), a[0]) < (Fraction(b[1]), b[0])
+    return (a[0], Fraction(a[1])) < (b[0], Fraction(b[1]))
+
+
+def start_result(p: RematProblem, question: str, memory_limit, cost_budget, incumbent, method: str,
+                 t0: float) -> Start:
+    """The common start of every method (see :class:`Start`)."""
+    import time
+
+    from memopt.remat.result import RematResult
+
+    memory_limit, cost_budget = check_question(question, memory_limit, cost_budget)
+    lower = footprint_bound(p)
+    st = Start(question, memory_limit, cost_budget, lower)
+    caps = list(p.caps)
+    if question == "min_cost" and lower > memory_limit:
+        st.done = True
+        st.result = RematResult(plan=None, peak=None, extra_cost=None, status="infeasible", question=question,
+                                lower_bound=lower, cost_lower_bound=None, memory_limit=memory_limit,
+                                cap=caps, method=method, seconds=time.perf_counter() - t0,
+                                stats={"proof": "footprint bound"})
+        return st
+    if incumbent is None and question == "min_peak":
+        incumbent = plan_from_runs(p, p.graph.topological_order().tolist())
+    if incumbent is not None:
+        pk, c = evaluate(p, incumbent)
+        if answers(question, pk, c, memory_limit, cost_budget):
+            st.incumbent, st.incumbent_peak, st.incumbent_cost = incumbent, pk, c
+            if (question == "min_cost" and c == 0) or (question == "min_peak" and pk <= lower):
+                st.done = True
+                st.result = RematResult(plan=incumbent, peak=pk, extra_cost=c, status="optimal", question=question,
+                                        lower_bound=lower,
+                                        cost_lower_bound=0 if question == "min_cost" else None,
+                                        memory_limit=memory_limit, cost_budget=cost_budget, cap=caps,
+                                        method=method, seconds=time.perf_counter() - t0,
+                                        stats={"proof": "incumbent meets its bound"})
+    return st
+
+
+def finish_result(p: RematProblem, st: Start, plan, proven, method: str, t0: float, stats: dict):
+    """The method's :class:`RematResult` from the plan its solver found (or ``None``) and what
+    it proved: ``None``, ``("infeasible",)``, ``("cost", lower bound on the extra cost)`` or
+    ``("peak", lower bound on the peak)``. The solver's plan is re-evaluated exactly; the
+    better of it and the incumbent is returned."""
+    import time
+
+    from memopt.errors import InternalError
+    from memopt.remat.result import RematResult
+
+    q = st.question
+    best, best_pc = st.incumbent, None if st.incumbent is None else (st.incumbent_peak, st.incumbent_cost)
+    if plan is not None:
+        pk, c = evaluate(p, plan)  # raises ScheduleError if the solver's plan breaks a rule: a bug
+        if answers(q, pk, c, st.memory_limit, st.cost_budget):
+            if better(q, (pk, c), best_pc):
+                best, best_pc = plan, (pk, c)
+        elif q == "min_cost" or cost_scale(p)[2]:
+            raise InternalError(f"{method}-answer", f"the {method} model's plan (peak {pk}, extra cost {c}) does not "
+                                                    "answer the question it was solved for")
+        else:
+            stats["discarded"] = "rounded costs: the plan is over the true budget"
+    caps = list(p.caps)
+    common = dict(question=q, memory_limit=st.memory_limit, cost_budget=st.cost_budget, cap=caps, method=method,
+                  seconds=time.perf_counter() - t0, stats=stats)
+    if proven is not None and proven[0] == "infeasible":
+        if best is not None:
+            raise InternalError(f"{method}-infeasible", f"{method} proved the question infeasible, but a plan "
+                                                        f"answers it (peak {best_pc[0]}, extra cost {best_pc[1]})")
+        stats["proof"] = f"{method} proved infeasibility"
+        return RematResult(plan=None, peak=None, extra_cost=None, status="infeasible", lower_bound=st.lower, **common)
+    if q == "min_cost":
+        clb = proven[1] if proven is not None and proven[0] == "cost" else 0
+        clb = int(clb) if Fraction(clb).denominator == 1 else clb
+        if best is None:
+            return RematResult(plan=None, peak=None, extra_cost=None, status="unknown", lower_bound=st.lower,
+                               cost_lower_bound=clb, **common)
+        if Fraction(clb) > Fraction(best_pc[1]):
+            raise InternalError(f"{method}-cost-bound", f"{method}: cost lower bound {clb} above a verified plan's "
+                                                        f"extra cost {best_pc[1]}")
+        status = "optimal" if Fraction(best_pc[1]) <= Fraction(clb) else "feasible"
+        return RematResult(plan=best, peak=best_pc[0], extra_cost=best_pc[1], status=status, lower_bound=st.lower,
+                           cost_lower_bound=clb, **common)
+    lb = max(st.lower, proven[1] if proven is not None and proven[0] == "peak" else 0)
+    if lb > best_pc[0]:
+        raise InternalError(f"{method}-peak-bound", f"{method}: peak lower bound {lb} above a verified plan's "
+                                                    f"peak {best_pc[0]}")
+    status = "optimal" if best_pc[0] <= lb else "feasible"
+    return RematResult(plan=best, peak=best_pc[0], extra_cost=best_pc[1], status=status, lower_bound=lb, **common)

@@ -1,0 +1,89 @@
+"""The registry of recomputation methods: one signature for all of them.
+
+Modelled on :mod:`memopt.schedule.registry`. Every method is a function
+
+    method(problem, *, question, memory_limit=None, cost_budget=None, cap, time_limit,
+           incumbent=None, seed=0) -> RematResult
+
+* ``problem``: a :class:`~memopt.core.TensorGraph` (or a
+  :class:`~memopt.remat.model_common.RematProblem`);
+* ``question``: ``"min_cost"`` (minimum extra cost with peak ``<= memory_limit`` bytes) or
+  ``"min_peak"`` (minimum peak with extra cost ``<= cost_budget``);
+* ``cap``: one ``k`` for every op, a list (one per op) or a mapping ``{op: k}``;
+* ``time_limit``: seconds; the method returns its best plan by then and never hangs;
+* ``incumbent``: a valid :class:`~memopt.remat.plan.RematPlan` it may start from;
+* ``seed``: for randomized parts (CP-SAT's search, SCIP's permutation);
+* returns a :class:`~memopt.remat.result.RematResult` whose plan (when there is one) is valid
+  and was re-evaluated exactly; ``infeasible`` only with a proof.
+
+A method outside its class raises :class:`NotApplicable` (from the scheduling registry, so
+one exception means "does not apply" everywhere). Targets are ``"module:function"`` strings
+imported when the method runs, so reading the registry imports no solver. Adding a method
+is one module plus one :func:`register` line below. ``auto`` is not a method here: it is the
+portfolio of :func:`memopt.remat.api.remat` (heuristic, then the exact models while they can
+prove something).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import import_module
+
+from memopt.errors import OptionError
+from memopt.schedule.registry import NotApplicable
+
+__all__ = ["RematMethod", "NotApplicable", "register", "get_method", "method_names", "methods", "REGISTRY"]
+
+KINDS = ("heuristic", "exact")
+
+
+@dataclass(frozen=True)
+class RematMethod:
+    """A registered recomputation method: ``kind`` is ``heuristic`` (no proof beyond the
+    footprint bound) or ``exact`` (proves optimality or infeasibility given time)."""
+
+    name: str
+    target: str
+    kind: str
+    summary: str
+
+    def load(self):
+        module, _, attr = self.target.partition(":")
+        return getattr(import_module(module), attr)
+
+
+REGISTRY: dict[str, RematMethod] = {}
+
+
+def register(method: RematMethod) -> RematMethod:
+    if method.kind not in KINDS:
+        raise OptionError(f"method {method.name!r}: unknown kind {method.kind!r}; choose from {', '.join(KINDS)}")
+    REGISTRY[method.name] = method
+    return method
+
+
+def get_method(name: str) -> RematMethod:
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise OptionError(f"unknown recomputation method {name!r}; choose from auto, "
+                          f"{', '.join(method_names())}") from None
+
+
+def method_names() -> tuple[str, ...]:
+    return tuple(REGISTRY)
+
+
+def methods(kind: str | None = None) -> list[RematMethod]:
+    return [m for m in REGISTRY.values() if kind is None or m.kind == kind]
+
+
+_R = "memopt.remat."
+for _m in (
+    RematMethod("heuristic", _R + "heuristic:heuristic_method", "heuristic",
+                "optimal no-recomputation order, then re-runs of cheap values held across the peak"),
+    RematMethod("cpsat", _R + "cpsat:cpsat_method", "exact", "CP-SAT retention-interval model over run slots"),
+    RematMethod("mip", _R + "mip:mip_method", "exact", "time-indexed MIP over run slots, solved by SCIP"),
+):
+    register(_m)
+del _m

@@ -1,0 +1,384 @@
+"""Exact capped recomputation by dynamic programming over the lattice of ideals.
+
+Answers the two questions of DESIGN 1.5 exactly: the least extra cost of a plan whose peak
+is at most ``M`` (:func:`min_extra_cost`) and the least peak of a plan whose extra cost is
+at most ``B`` (:func:`min_peak`, bisection over ``M``). Every returned plan is validated by
+:func:`memopt.remat.evaluate_plan` and by the independent :func:`memopt.remat.check_plan`.
+Proofs: ``proofs/remat_treedp.md``.
+
+What this is, plainly
+---------------------
+The issue asks for a dynamic program over a *tree decomposition*. The problem is strongly
+NP-hard for every fixed cap at treewidth 2, so no algorithm polynomial in ``n`` (and in the
+numbers written in unary) for fixed treewidth and cap exists unless P = NP; any exact DP is
+exponential in something more. This module does **not** implement a DP over an arbitrary
+tree decomposition: after weighing it (the memory at every moment is a sum over the whole
+graph, so a bag-local DP has to carry a whole memory *profile*, exponential in the plan
+length) we chose a DP whose exponential part is explicit and measurable, the *frontier*:
+
+* **State.** ``(live, count)``: the set of live tensors and, per op, ``0`` (not run yet),
+  ``1..k`` (ran that many times and may still usefully run again: *open*) or ``CLOSED``
+  (ran, and will provably never need to run again). The ops that ran form an *ideal*
+  (down-set) of the op DAG, because first runs follow a topological order.
+* **Value.** The least extra cost of reaching the state within the memory limit
+  (Dijkstra over the state graph, exact integers / Fractions).
+* **Transition.** Run one op ``v`` (inputs live, cap not reached, no positive-size output
+  live, memory ``resident + live + out(v) + w(v) <= M``); size-0 outputs still live are
+  freed just before; after the run, every tensor that is *not potential* (no future run
+  can read it and it is not a graph output, see below) is freed, every op that can never
+  usefully run again is closed, and any subset of the remaining positive-size tensors that
+  ``v`` touched may be freed.
+* **Potential.** ``avail`` (forward over a topological order): a tensor is available when it
+  is live or resident, or its producer can still run (not run yet, or open) with all its
+  inputs available. ``useful(u)`` (backward): ``u`` ran, is under its cap, has a
+  positive-size output, all its inputs are available, and some output is potential;
+  ``pot(t)``: ``t`` is a graph output, or some consumer has not run yet or is useful. All
+  three only ever switch from true to false as a plan proceeds (proved), so closing and
+  freeing by them loses no plan (proofs/remat_treedp.md, Lemma 3). A state in which an op
+  that has not run yet, or a graph output, is no longer available is a dead end and is
+  dropped.
+
+Running time
+------------
+Let ``S`` be the number of reachable states (within the limit), ``d`` the largest number of
+positive-size tensors an op touches, ``E`` the number of (op, tensor) incidences. Each state
+is expanded once: at most ``n`` ops to run, ``2^d`` free subsets each, each successor settled
+by one forward and one backward pass, ``O(n + T + E)`` (bit masks of ``T`` bits). So the time
+is ``O(S · n · 2^d · (n + T + E) + S log S)`` and memory ``O(S · (n + T))``. ``S`` is at most
+
+    #ideals(G) · (k + 1)^{#open ops} · 2^{#potential tensors}
+
+maximised over the reachable frontiers, where ``#ideals(G) <= (n / W + 1)^W`` for an op
+DAG of width ``W`` (largest antichain; Dilworth). So the DP is **exponential in the width
+W, in the number of ops that are open at once (ran, could usefully re-run) and in the
+number of tensors that are potentially needed at once** — not in ``n`` for graphs whose
+frontier stays small (chains, narrow series-parallel graphs, tight memory limits that rule
+out holding many tensors). With cap 0 no op is ever open and the live set is forced by the
+ideal, so the DP *is* the ideal-lattice DP of the scheduling core: ``S <= #ideals``.
+
+Where it stands (benchmarks/remat_treedp.py, this 2-core machine, pure Python, a few
+thousand to ~10 000 states per second): random series-parallel graphs of 8-12 ops with
+cap 2 at 0.9 / 0.8 of the no-recomputation optimum are solved or proved infeasible in
+seconds, in 1-8x fewer states than the exhaustive search :mod:`memopt.remat.brute_force`
+but at a higher cost per state (same order of wall-clock time, sometimes slower);
+on random series-parallel graphs of **60 ops with cap 2 the issue's target (exact in under
+10 s) is not met**: about half of those limits are proved infeasible at once by
+:mod:`memopt.remat.lower_bounds`, the others hit the time limit. With cap 0 it is the
+ideal-lattice DP and finds the scheduling optimum.
+
+Not a public solver (no registry entry here); the solvers' owner may register it.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import time
+from typing import NamedTuple
+
+from memopt.core.tensor_graph import TensorGraph
+from memopt.errors import OptionError, require
+from memopt.remat.checker import check_plan
+from memopt.remat.plan import (
+    FREE,
+    RUN,
+    RematPlan,
+    evaluate_plan,
+    exact_costs,
+    plan_from_order,
+    resolve_caps,
+)
+
+__all__ = ["CLOSED", "TreeDPResult", "min_extra_cost", "min_peak"]
+
+CLOSED = -1
+_UNLIMITED = 1 << 62
+
+
+class TreeDPResult(NamedTuple):
+    """``status``: ``optimal`` (proved), ``infeasible`` (no plan within the caps meets the
+    limit), or ``time_limit`` (stopped; ``plan`` is ``None``). ``states``: states expanded."""
+
+    status: str
+    extra_cost: object
+    peak: int | None
+    plan: RematPlan | None
+    states: int
+
+
+class _Instance:
+    """Flat arrays of a tensor graph (ints, masks) for the search."""
+
+    def __init__(self, graph: TensorGraph, cap):
+        caps = resolve_caps(graph, cap)
+        n, T = graph.num_ops, graph.num_tensors
+        self.n, self.T = n, T
+        self.limit = [_UNLIMITED if caps is None else caps[v] + 1 for v in range(n)]
+        self.size = [int(s) for s in graph.tensor_size]
+        self.resident = [bool(r) for r in graph.tensor_resident]
+        self.output = [bool(o) for o in graph.tensor_output]
+        self.producer = [int(p) for p in graph.tensor_producer]
+        self.ins = [[int(t) for t in graph.inputs_of(v)] for v in range(n)]
+        self.outs = [[int(t) for t in graph.outputs_of(v)] for v in range(n)]
+        self.cons = [[int(u) for u in graph.consumers_of(t)] for t in range(T)]
+        self.need = [sum(1 << t for t in self.ins[v] if not self.resident[t]) for v in range(n)]
+        self.pos_out = [sum(1 << t for t in self.outs[v] if self.size[t] > 0) for v in range(n)]
+        self.zero_out = [[t for t in self.outs[v] if self.size[t] == 0] for v in range(n)]
+        self.out_mask = [sum(1 << t for t in self.outs[v]) for v in range(n)]
+        self.run_mem = [graph.resident_bytes + sum(self.size[t] for t in self.outs[v]) + int(graph.op_workspace[v])
+                        for v in range(n)]
+        self.cost = exact_costs(graph)
+        self.touch = [sorted({t for t in self.ins[v] + self.outs[v] if self.size[t] > 0 and not self.resident[t]})
+                      for v in range(n)]
+        self.topo = [int(v) for v in graph.topological_order()]
+        self.inputs = [t for t in range(T) if self.producer[t] < 0 and not self.resident[t]]
+        self.const = graph.resident_bytes
+        self.goal = sum(1 << t for t in range(T) if self.output[t] and not self.resident[t])
+        self.memo: dict = {}
+        self.resident_mask = sum(1 << t for t in range(T) if self.resident[t])
+        self.in_all = [sum(1 << t for t in self.ins[v]) for v in range(n)]
+        self.op_bit = [1 << v for v in range(n)]
+        self.cons_mask = [sum(1 << u for u in self.cons[t]) for t in range(T)]
+        self.outcons = [0] * n
+        self.makes_output = [False] * n
+        for v in range(n):
+            for t in self.outs[v]:
+                self.outcons[v] |= self.cons_mask[t]
+                self.makes_output[v] = self.makes_output[v] or self.output[t]
+
+    def live_bytes(self, mask: int) -> int:
+        total, size = 0, self.size
+        while mask:
+            low = mask & -mask
+            total += size[low.bit_length() - 1]
+            mask ^= low
+        return total
+
+    def analyse(self, live: int, count: list[int]):
+        """``(potential tensor mask, useful op flags, dead)`` of a state (proofs/remat_treedp.md
+        §2), with bit masks: one forward pass (availability) and one backward pass
+        (usefulness) over the ops, then the potential flag of the live tensors only."""
+        limit, in_all, out_mask = self.limit, self.in_all, self.out_mask
+        avail = live | self.resident_mask
+        avail_op = [False] * self.n
+        for v in self.topo:
+            need = in_all[v]
+            if avail & need == need:
+                avail_op[v] = True
+                k = count[v]
+                if k == 0 or (k != CLOSED and k < limit[v]):
+                    avail |= out_mask[v]
+            elif count[v] == 0:
+                return 0, None, True  # an op that must still run cannot
+        if self.goal & ~avail:
+            return 0, None, True  # a graph output cannot be live at the end
+        useful = [False] * self.n
+        active = 0  # ops that have not run or are useful, as a bit mask over ops
+        pos_out, outcons, makes_output, bit = self.pos_out, self.outcons, self.makes_output, self.op_bit
+        for u in reversed(self.topo):
+            k = count[u]
+            if k == 0:
+                active |= bit[u]
+            elif (k > 0 and k < limit[u] and pos_out[u] and avail_op[u]
+                  and (makes_output[u] or outcons[u] & active)):
+                useful[u] = True
+                active |= bit[u]
+        mask, m = 0, live
+        cons_mask, output = self.cons_mask, self.output
+        while m:
+            low = m & -m
+            t = low.bit_length() - 1
+            if output[t] or cons_mask[t] & active:
+                mask |= low
+            m ^= low
+        return mask, useful, False
+
+    def settle(self, live: int, count: list[int]):
+        """Close ops that cannot usefully run again and free non-potential tensors:
+        ``(live, count tuple, freed tensors)`` or ``None`` for a dead end (memoised: many
+        paths reach the same state)."""
+        key = (live, tuple(count))
+        hit = self.memo.get(key, self)
+        if hit is not self:
+            return hit
+        out = self._settle(live, count)
+        if len(self.memo) < 4_000_000:
+            self.memo[key] = out
+        return out
+
+    def _settle(self, live: int, count: list[int]):
+        pot, useful, dead = self.analyse(live, count)
+        if dead:
+            return None
+        for u in range(self.n):
+            if count[u] > 0 and not useful[u]:
+                count[u] = CLOSED
+        drop = live & ~pot
+        freed = []
+        m = drop
+        while m:
+            low = m & -m
+            freed.append(low.bit_length() - 1)
+            m ^= low
+        return live & ~drop, tuple(count), freed
+
+
+def min_extra_cost(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit: float | None = None,
+                   max_states: int | None = None, verify: bool = True, use_bound: bool = True) -> TreeDPResult:
+    """The least extra cost of a plan with peak ``<= memory_limit`` within the caps.
+
+    Returns a :class:`TreeDPResult`; ``status == "optimal"`` with a plan that passed the
+    evaluator and the independent checker, ``"infeasible"`` (proved: the search space is
+    exhausted), or ``"time_limit"`` when ``time_limit`` seconds or ``max_states`` expanded
+    states ran out first (never raises on a hard instance). ``use_bound``: answer
+    ``infeasible`` at once when :func:`memopt.remat.lower_bounds.peak_lower_bound` (without
+    trap cuts) exceeds the limit (the tests turn it off to exercise the search alone).
+    """
+    if isinstance(memory_limit, bool) or not isinstance(memory_limit, int):
+        raise OptionError(f"memory limit must be an integer number of bytes, got {memory_limit!r}")
+    inst = _Instance(graph, cap)
+    if use_bound:
+        from memopt.remat.lower_bounds import peak_lower_bound
+        if peak_lower_bound(graph, cap, trap=False) > memory_limit:
+            return TreeDPResult("infeasible", None, None, None, 0)
+    deadline = None if time_limit is None else time.perf_counter() + float(time_limit)
+    n = inst.n
+    start_live = sum(1 << t for t in inst.inputs)
+    if inst.const + inst.live_bytes(start_live) > memory_limit:
+        return TreeDPResult("infeasible", None, None, None, 0)
+    first = inst.settle(start_live, [0] * n)
+    if first is None:
+        return TreeDPResult("infeasible", None, None, None, 0)
+    live0, count0, start_free = first
+    start = (live0, count0)
+    best = {start: 0}
+    parent: dict = {start: None}
+    tie = itertools.count()
+    heap = [(0, next(tie), start)]
+    expanded = 0
+    limit, need, pos_out, out_mask, run_mem = inst.limit, inst.need, inst.pos_out, inst.out_mask, inst.run_mem
+    zero_out, cost, touch = inst.zero_out, inst.cost, inst.touch
+    while heap:
+        c, _, state = heapq.heappop(heap)
+        if best[state] != c:
+            continue
+        live, count = state
+        if 0 not in count and (live & inst.goal) == inst.goal:
+            plan = _rebuild(parent, state, start_free)
+            return _finish(graph, cap, plan, c, memory_limit, expanded, verify)
+        expanded += 1
+        if (max_states is not None and expanded > max_states) or \
+                (deadline is not None and expanded % 64 == 0 and time.perf_counter() > deadline):
+            return TreeDPResult("time_limit", None, None, None, expanded)
+        base = inst.live_bytes(live)
+        for v in range(n):
+            k = count[v]
+            if k == CLOSED or k >= limit[v]:
+                continue
+            if live & need[v] != need[v] or live & pos_out[v]:
+                continue
+            if base + run_mem[v] > memory_limit:
+                continue
+            pre = [t for t in zero_out[v] if live >> t & 1]
+            after = live | out_mask[v]
+            ncount = list(count)
+            ncount[v] = k + 1
+            settled = inst.settle(after, ncount)
+            if settled is None:
+                continue
+            nlive, ncount_t, auto = settled
+            nc = c + cost[v] if k else c
+            optional = [t for t in touch[v] if nlive >> t & 1]
+            for r in range(len(optional) + 1):
+                for drop in itertools.combinations(optional, r):
+                    dmask = sum(1 << t for t in drop)
+                    if k and pos_out[v] and ((after & ~nlive) | dmask) & pos_out[v] == pos_out[v]:
+                        continue  # a re-run whose outputs all go at once is useless (rule 4)
+                    flive = nlive & ~dmask
+                    if drop:
+                        # an explicit free can make more tensors useless or the state dead
+                        again = inst.settle(flive, list(ncount_t))
+                        if again is None:
+                            continue
+                        flive, fcount, more = again
+                    else:
+                        fcount, more = ncount_t, []
+                    nstate = (flive, fcount)
+                    old = best.get(nstate)
+                    if old is None or nc < old:
+                        best[nstate] = nc
+                        parent[nstate] = (state, v, pre, list(auto) + list(drop) + list(more))
+                        heapq.heappush(heap, (nc, next(tie), nstate))
+    return TreeDPResult("infeasible", None, None, None, expanded)
+
+
+def _rebuild(parent, state, start_free) -> RematPlan:
+    moves = []
+    while parent[state] is not None:
+        prev, v, pre, drop = parent[state]
+        moves.append((v, pre, drop))
+        state = prev
+    steps = [(FREE, t) for t in start_free]
+    for v, pre, drop in reversed(moves):
+        steps.extend((FREE, t) for t in pre)
+        steps.append((RUN, v))
+        steps.extend((FREE, t) for t in drop)
+    return RematPlan.from_pairs(steps)
+
+
+def _finish(graph, cap, plan, c, memory_limit, expanded, verify) -> TreeDPResult:
+    ev = evaluate_plan(graph, plan, cap)
+    require(ev.extra_cost == c and ev.peak <= memory_limit, "remat-treedp-plan",
+            f"the DP's plan evaluates to peak {ev.peak}, extra cost {ev.extra_cost}; "
+            f"the DP claimed extra cost {c} within {memory_limit}")
+    if verify:
+        check_plan(graph, plan, cap, claimed_peak=ev.peak, claimed_extra_cost=ev.extra_cost)
+    return TreeDPResult("optimal", ev.extra_cost, ev.peak, plan, expanded)
+
+
+def min_peak(graph: TensorGraph, cost_budget, cap=1, *, time_limit: float | None = None,
+             max_states: int | None = None, lower: int | None = None, upper: int | None = None) -> TreeDPResult:
+    """The least peak of a plan with extra cost ``<= cost_budget`` (bisection over the limit
+    with :func:`min_extra_cost`; the least extra cost is non-increasing in the limit).
+
+    ``lower`` / ``upper``: a known lower bound on the answer and the peak of a known plan
+    within the budget (defaults: :func:`memopt.remat.lower_bounds.peak_lower_bound` and the
+    no-recomputation plan of the graph's topological order). Returns ``status`` ``optimal``
+    (peak proved least), or ``time_limit`` with the best plan found so far (``peak`` is then
+    an upper bound).
+    """
+    if cost_budget < 0:
+        raise OptionError(f"cost budget must be >= 0, got {cost_budget}")
+    deadline = None if time_limit is None else time.perf_counter() + float(time_limit)
+    base_plan = plan_from_order(graph, graph.topological_order())
+    base = evaluate_plan(graph, base_plan)
+    if upper is None or upper > base.peak:
+        upper = base.peak
+    if lower is None:
+        from memopt.remat.lower_bounds import peak_lower_bound
+        lower = peak_lower_bound(graph, cap, cost_budget=cost_budget)
+    best = TreeDPResult("feasible", base.extra_cost, base.peak, base_plan, 0) if upper == base.peak else None
+    lo, hi = lower, upper
+    expanded = 0
+    while lo < hi:
+        mid = (lo + hi) // 2
+        left = None if deadline is None else max(0.0, deadline - time.perf_counter())
+        r = min_extra_cost(graph, mid, cap, time_limit=left, max_states=max_states)
+        expanded += r.states
+        if r.status == "time_limit":
+            if best is None:
+                return TreeDPResult("time_limit", None, None, None, expanded)
+            return TreeDPResult("time_limit", best.extra_cost, best.peak, best.plan, expanded)
+        if r.status == "optimal" and r.extra_cost <= cost_budget:
+            best = r
+            hi = r.peak  # the plan found may already be below mid
+        else:
+            lo = mid + 1
+    if best is None or best.peak != hi:
+        left = None if deadline is None else max(0.0, deadline - time.perf_counter())
+        r = min_extra_cost(graph, hi, cap, time_limit=left, max_states=max_states)
+        expanded += r.states
+        if r.status != "optimal":
+            return TreeDPResult("time_limit", None, None, None, expanded)
+        best = r
+    return TreeDPResult("optimal", best.extra_cost, best.peak, best.plan, expanded)

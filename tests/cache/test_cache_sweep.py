@@ -1,0 +1,153 @@
+"""Policies x capacities sweeps of expert caches (memopt.cache.sweep, ``memopt cache sweep``)."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import json
+from concurrent.futures.process import BrokenProcessPool
+
+import pytest
+
+from conftest import SHARED
+from memopt.cache import dump_requests, load_routes, make_trace, simulate
+from memopt.cache.sweep import (TraceSource, parse_capacities, parse_policies, plot_cache_sweep,
+                                run_cache_sweep)
+from memopt.cli import main
+from memopt.errors import OptionError
+from memopt.sweep import InlineExecutor
+
+ROUTES = SHARED / "data" / "moe-routes"
+QWEN0 = ROUTES / "qwen15moe_layer0.jsonl"
+
+# the hand-worked trace of the policy tests: LRU misses 7, Belady 5 at capacity 2
+HAND = make_trace([0, 1, 2, 0, 1, 3, 0], [1, 1, 1, 1])
+
+
+@pytest.fixture
+def trace_file(tmp_path):
+    path = tmp_path / "t.jsonl"
+    dump_requests(HAND, path)
+    return path
+
+
+# ------------------------------------------------------------------ options
+
+
+def test_capacity_grids():
+    assert parse_capacities("1:4:1") == (1, 2, 3, 4)
+    assert parse_capacities("0:10:4") == (0, 4, 8)  # B off the grid is not included
+    assert parse_capacities("16,4, 8,4") == (4, 8, 16)
+    assert parse_capacities("7") == (7,)
+
+
+@pytest.mark.parametrize("spec", ["", "1:4", "1:4:1:1", "a:4:1", "4:1:1", "1:4:0", "1:4:-1", "-1,2", "1.5",
+                                  "1,,2", "0:1000000000:1", str(2**62)])
+def test_bad_capacity_grids(spec):
+    with pytest.raises(OptionError) as err:
+        parse_capacities(spec)
+    assert "\n" not in str(err.value)
+
+
+def test_policy_lists():
+    assert parse_policies("lru,lfu,belady") == ("lru", "lfu", "belady")
+    assert parse_policies("LRU, lru-k,lru-3,lru", k=4) == ("lru", "lru-4", "lru-3")
+    for bad in ("lru,,belady", "fifo", ""):
+        with pytest.raises(OptionError):
+            parse_policies(bad)
+
+
+# ------------------------------------------------------------------ sweeps
+
+
+def test_sweep_equals_simulate_on_the_hand_worked_trace(trace_file):
+    res = run_cache_sweep(HAND, "lru,lfu,belady", "1:4:1")
+    assert [(p.policy, p.capacity) for p in res.points] == \
+        [(pol, c) for pol in ("lru", "lfu", "belady") for c in (1, 2, 3, 4)]
+    for p in res.points:
+        want = simulate(HAND, p.policy, p.capacity)
+        assert (p.status, p.hits, p.misses, p.bytes_moved, p.optimal) == \
+            ("ok", want.hits, want.misses, want.bytes_moved, want.optimal)
+    assert res.point("lru", 2).misses == 7 and res.point("belady", 2).misses == 5
+    doc = res.to_dict()
+    assert doc["requests"] == 7 and doc["lost"] == [] and doc["capacities"] == [1, 2, 3, 4]
+    # the same sweep from the file, in-process and on threads (local processes: the CLI test)
+    source = TraceSource.of(trace_file)
+    for kw in ({}, {"executor": "threads", "jobs": 2}):
+        other = run_cache_sweep(source, "lru,lfu,belady", [4, 3, 2, 1, 2], **kw).to_dict()
+        assert other["points"] == doc["points"], kw
+
+
+@pytest.mark.skipif(not QWEN0.exists(), reason=f"{QWEN0} not found")
+def test_sweep_on_real_routes_matches_simulate():
+    source = TraceSource.of([QWEN0], drop_warmup=True, skip_passes=20)
+    trace = load_routes([QWEN0], drop_warmup=True, skip_passes=20)
+    res = run_cache_sweep(source, "lru,lru-2,belady", "4,16,40")
+    assert res.requests == trace.n_requests > 0
+    for p in res.points:
+        assert p.to_dict()["hits"] == simulate(trace, p.policy, p.capacity).hits
+    # Belady is optimal for unit sizes: never more misses than an online policy
+    for c in res.capacities:
+        assert res.point("belady", c).misses <= min(res.point(q, c).misses for q in ("lru", "lru-2"))
+
+
+def test_a_lost_point_is_reported_and_the_others_kept():
+    class BreaksOnBelady3(cf.Executor):
+        def submit(self, fn, /, *args, **kwargs):
+            if ("belady", 3) == tuple(args[1]):  # the task key
+                fut = cf.Future()
+                fut.set_exception(BrokenProcessPool("a worker was terminated abruptly"))
+                return fut
+            return InlineExecutor().submit(fn, *args, **kwargs)
+
+    res = run_cache_sweep(HAND, "lru,belady", "2:3:1", executor=BreaksOnBelady3())
+    lost = res.point("belady", 3)
+    assert lost.status == "lost" and lost.reason.startswith("BrokenProcessPool")
+    assert [p.status for p in res.points] == ["ok", "ok", "ok", "lost"]
+    assert res.to_dict()["lost"] == [{"policy": "belady", "capacity": 3, "reason": lost.reason}]
+    assert res.point("belady", 2).misses == 5
+
+
+def test_hit_rate_plot(tmp_path):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "hit.png"
+    plot_cache_sweep(run_cache_sweep(HAND, "lru,belady", "1:4:1"), out)
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# ------------------------------------------------------------------ CLI
+
+
+def test_cli_json_text_and_plot(trace_file, tmp_path, capsys):
+    plot = tmp_path / "p.png"
+    argv = ["cache", "sweep", str(trace_file), "--policies", "lru,belady", "--capacities", "2,3"]
+    assert main(argv + ["--json"]) == 0
+    out, err = capsys.readouterr()
+    doc = json.loads(out)
+    assert out.count("\n") == 1 and err == ""  # one JSON object, no progress bar
+    assert {"trace", "caches", "requests", "policies", "capacities", "points", "lost", "seconds"} <= set(doc)
+    assert [(p["policy"], p["capacity"], p["misses"]) for p in doc["points"]] == \
+        [("lru", 2, 7), ("lru", 3, 4), ("belady", 2, 5), ("belady", 3, 4)]
+    assert main(argv + ["--jobs", "2", "--plot", str(plot)]) == 0
+    out = capsys.readouterr().out
+    assert "belady" in out and "hit rate" in out and plot.stat().st_size > 0
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--capacities", "1:4"], "bad capacities"), (["--capacities", "x"], "bad capacities"),
+    (["--policies", "fifo"], "unknown policy"), (["--executor", "dask://h:70000"], "bad port"),
+    (["--executor", "mpi://h:1"], "unknown scheme"), (["--jobs", "0"], "--jobs"),
+])
+def test_cli_bad_options_are_one_line(trace_file, capsys, extra, needle):
+    argv = {"--policies": "lru", "--capacities": "2"}
+    for flag, value in zip(extra[::2], extra[1::2]):
+        argv[flag] = value
+    code = main(["cache", "sweep", str(trace_file)] + [x for kv in argv.items() for x in kv])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and needle in err[0]
+
+
+def test_cli_plot_must_not_overwrite_a_trace(trace_file, capsys):
+    before = trace_file.read_bytes()
+    assert main(["cache", "sweep", str(trace_file), "--policies", "lru", "--capacities", "2",
+                 "--plot", str(trace_file)]) == 2
+    assert "input file" in capsys.readouterr().err and trace_file.read_bytes() == before

@@ -1,0 +1,146 @@
+"""``memopt.remat``: the three questions, memory ratios, statuses (``infeasible`` only with a
+proof), the independent check of every plan, the Pareto frontier, results as JSON."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import memopt
+from memopt.core import Op, Tensor, TensorGraph, peak
+from memopt.errors import InternalError, OptionError
+from memopt.remat import RematPlan, check_plan
+from memopt.remat.brute_force import min_extra_cost, min_peak
+from memopt.remat.result import RematResult
+from memopt.schedule.brute_force import brute_force_schedule, random_tensor_graph
+
+
+def late_reuse() -> TensorGraph:
+    """f's cheap value a is read at the very end; recomputing it lowers the peak 14 -> 12."""
+    return TensorGraph.build([Tensor("a", 4), Tensor("b", 8), Tensor("d", 2), Tensor("c", 1, output=True)],
+                             [Op("f", (), ("a",), cost=3), Op("g", ("a",), ("b",)), Op("k", ("b",), ("d",)),
+                              Op("h", ("a", "d"), ("c",))])
+
+
+def small_graph(seed: int, n_max: int = 6) -> TensorGraph:
+    rng = np.random.default_rng(seed)
+    return random_tensor_graph(rng, int(rng.integers(1, n_max + 1)))
+
+
+def test_reachable_from_import_memopt_and_the_three_questions():
+    g = late_reuse()
+    r = memopt.remat(g, memory_limit=12, cap=1, time_limit=10)
+    assert (r.status, r.peak, r.extra_cost, r.cost_lower_bound) == ("optimal", 12, 3, 3)
+    assert check_plan(g, r.plan, cap=1) == (12, 3)
+    r = memopt.remat(g, cost_budget=0, cap=1)
+    assert (r.status, r.peak, r.extra_cost) == ("optimal", 14, 0)
+    r = memopt.remat(g, cost_budget=3, cap=1)
+    assert (r.status, r.peak) == ("optimal", 12)
+    front = memopt.remat(g, pareto=True, cap=1)
+    assert [(p.extra_cost, p.peak) for p in front.points] == [(0, 14), (3, 12)]
+    assert front.complete and front.status == "optimal"
+
+
+def test_memory_ratio_is_relative_to_the_scheduling_optimum():
+    g = late_reuse()
+    r = memopt.remat(g, memory_ratio=0.9, cap=1)
+    assert r.memory_limit == int(0.9 * 14) == 12
+    assert r.stats["baseline"]["peak"] == 14 and r.extra_cost == 3
+    r = memopt.remat(g, memory_ratio=0.5, cap=1)
+    assert r.status == "infeasible" and r.plan is None and r.lower_bound > r.memory_limit
+
+
+@pytest.mark.parametrize("kw", [{}, {"memory_limit": 5, "cost_budget": 1}, {"memory_limit": -1},
+                                {"memory_ratio": 0}, {"memory_ratio": float("nan")}, {"cost_budget": -1},
+                                {"memory_limit": 12, "method": "nope"}, {"memory_limit": 12, "time_limit": -1},
+                                {"memory_limit": 12, "cap": -1}, {"memory_limit": 12, "cap": 1000}])
+def test_bad_options_are_option_errors(kw):
+    with pytest.raises(OptionError):
+        memopt.remat(late_reuse(), **kw)
+
+
+@settings(max_examples=15)
+@given(st.integers(0, 10**6), st.integers(0, 2), st.integers(1, 8))
+def test_auto_equals_brute_force_and_infeasible_only_when_it_agrees(seed, cap, cut):
+    g = small_graph(seed)
+    top = peak(g, g.topological_order())
+    limit = max(0, top - cut * max(1, top // 12))
+    cost, _ = min_extra_cost(g, limit, cap)
+    r = memopt.remat(g, memory_limit=limit, cap=cap, time_limit=20)
+    if r.status == "infeasible":
+        assert cost is None
+    else:
+        assert cost is not None and r.status == "optimal" and r.extra_cost == cost and r.peak <= limit
+    for method in ("heuristic", "cpsat", "mip"):
+        r = memopt.remat(g, memory_limit=limit, cap=cap, method=method, time_limit=20)
+        if r.status == "infeasible":
+            assert cost is None, method
+        elif r.status in ("optimal", "feasible"):
+            assert r.peak <= limit and Fraction(r.extra_cost) >= cost
+            check_plan(g, r.plan, cap=cap, claimed_peak=r.peak)
+
+
+@settings(max_examples=10)
+@given(st.integers(0, 10**6))
+def test_cap_zero_is_scheduling(seed):
+    g = small_graph(seed)
+    _, best = brute_force_schedule(g)
+    r = memopt.remat(g, cost_budget=0, cap=0)
+    assert (r.status, r.peak) == ("optimal", best)
+    assert memopt.remat(g, memory_limit=best - 1, cap=0).status == "infeasible" if best > 0 else True
+
+
+@settings(max_examples=8)
+@given(st.integers(0, 10**6), st.integers(1, 2))
+def test_pareto_points_are_brute_force_optima(seed, cap):
+    g = small_graph(seed, 5)
+    front = memopt.remat(g, pareto=True, cap=cap, time_limit=30)
+    assert front.complete and front.status == "optimal"
+    prev = None
+    for p in front.points:
+        check_plan(g, p.plan, cap=cap, claimed_peak=p.peak, claimed_extra_cost=p.extra_cost)
+        assert min_peak(g, p.extra_cost, cap)[0] == p.peak
+        if prev is not None:
+            assert p.peak < prev.peak and Fraction(p.extra_cost) > Fraction(prev.extra_cost)
+            # nothing cheaper reaches this peak
+            assert min_extra_cost(g, p.peak, cap)[0] == p.extra_cost
+        prev = p
+    # below the last point nothing is possible
+    assert min_extra_cost(g, front.points[-1].peak - 1, cap)[0] is None
+
+
+def test_every_plan_is_checked_before_it_is_returned(monkeypatch):
+    g = late_reuse()
+    from memopt.remat import heuristic
+
+    def bad(problem, **kw):  # claims a peak the plan does not have
+        plan = RematPlan.from_steps(g, [{"run": "f"}, {"run": "g"}, {"run": "k"}, {"run": "h"}])
+        return RematResult(plan=plan, peak=1, extra_cost=0, status="feasible", question=kw["question"],
+                           memory_limit=kw.get("memory_limit"), cost_budget=kw.get("cost_budget"), method="heuristic")
+
+    monkeypatch.setattr(heuristic, "heuristic_method", bad)
+    with pytest.raises(InternalError):
+        memopt.remat(g, memory_limit=100, cap=1, method="heuristic")
+
+
+def test_to_dict_and_from_dict_round_trip():
+    g = late_reuse()
+    r = memopt.remat(g, memory_limit=12, cap=1)
+    d = r.to_dict(g)
+    assert d["plan"][0] == {"run": "f"} and {"free": "a"} in d["plan"]
+    for key in ("plan", "peak", "extra_cost", "cost_lower_bound", "lower_bound", "status", "seconds"):
+        assert key in d
+    back = RematResult.from_dict(d, g)
+    assert (back.peak, back.extra_cost, back.status, back.question) == (12, 3, "optimal", "min_cost")
+    assert check_plan(g, back.plan, cap=1) == (12, 3)
+    assert RematResult.from_dict(r.to_dict()).plan.kind.tolist() == r.plan.kind.tolist()
+
+
+def test_time_limit_zero_still_answers():
+    g = small_graph(7)
+    r = memopt.remat(g, cost_budget=0, cap=1, time_limit=0)
+    check_plan(g, r.plan, cap=1, claimed_peak=r.peak)
+    assert r.status in ("optimal", "feasible")

@@ -1,0 +1,212 @@
+"""Recomputation solvers against brute force: the exact models (CP-SAT, SCIP MIP) on random
+small graphs and caps for both questions, MIP = CP-SAT, the cap-0 equality with the
+scheduling core, the step evaluator's special case, and the heuristic on larger graphs."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from memopt.core import Op, Tensor, TensorGraph, peak
+from memopt.core.remat import evaluate_steps
+from memopt.remat import check_plan, plan_from_order
+from memopt.remat.brute_force import min_extra_cost, min_peak
+from memopt.remat.cpsat import solve_cpsat
+from memopt.remat.heuristic import heuristic_method
+from memopt.remat.mip import solve_mip
+from memopt.remat.model_common import RematProblem, footprint_bound, plan_from_runs
+from memopt.remat.registry import get_method, method_names
+from memopt.schedule.brute_force import brute_force_schedule, random_tensor_graph
+
+SOLVERS = (solve_cpsat, solve_mip)
+
+
+def small_graph(seed: int, n_max: int = 6) -> TensorGraph:
+    rng = np.random.default_rng(seed)
+    return random_tensor_graph(rng, int(rng.integers(1, n_max + 1)))
+
+
+def skewed_graph(seed: int, n: int) -> TensorGraph:
+    """A graph with cheap early values read late (where recomputation pays)."""
+    rng = np.random.default_rng(seed)
+    return random_tensor_graph(rng, n, max_size=30, edge_prob=0.25)
+
+
+# ---------------------------------------------------------------------------- evaluator
+@settings(max_examples=40)
+@given(st.integers(0, 10**6))
+def test_order_evaluator_is_the_special_case_of_the_step_evaluator(seed):
+    g = small_graph(seed, 10)
+    rng = np.random.default_rng(seed + 1)
+    order = g.topological_order().tolist()
+    # a random topological order
+    preds = [set() for _ in range(g.num_ops)]
+    for a, b in zip(*g.op_edges()):
+        preds[int(b)].add(int(a))
+    done, placed = [], set()
+    while len(done) < g.num_ops:
+        ready = [v for v in range(g.num_ops) if v not in placed and preds[v] <= placed]
+        v = ready[int(rng.integers(len(ready)))]
+        placed.add(v)
+        done.append(v)
+    for o in (order, done):
+        plan = plan_from_order(g, o)
+        ev = evaluate_steps(g, plan.kind, plan.index, [0] * g.num_ops)
+        assert ev.peak == peak(g, o)
+        assert ev.extra_cost == 0
+        # the heuristic's run-sequence builder frees as early as plan_from_order
+        p = RematProblem.of(g, 0)
+        assert evaluate_steps(g, *_arrays(plan_from_runs(p, o))).peak == peak(g, o)
+
+
+def _arrays(plan):
+    return plan.kind, plan.index
+
+
+def test_evaluate_plan_still_lives_in_remat_plan():
+    from memopt.remat.plan import evaluate_plan
+
+    g = small_graph(3)
+    plan = plan_from_order(g, g.topological_order())
+    assert evaluate_plan(g, plan).peak == peak(g, g.topological_order())
+
+
+# ---------------------------------------------------------------------------- exact = brute force
+@settings(max_examples=15)
+@given(st.integers(0, 10**6), st.integers(0, 2), st.integers(0, 12))
+def test_exact_solvers_equal_brute_force_min_peak(seed, cap, budget):
+    g = small_graph(seed)
+    pk, _, _ = min_peak(g, budget, cap)
+    for solve in SOLVERS:
+        r = solve(g, "min_peak", cost_budget=budget, cap=cap, time_limit=30)
+        assert r.status == "optimal", (solve.__name__, r.stats)
+        assert r.peak == pk == r.lower_bound
+        assert Fraction(r.extra_cost) <= budget
+        assert check_plan(g, r.plan, cap=cap, claimed_peak=r.peak, claimed_extra_cost=r.extra_cost)
+
+
+@settings(max_examples=20)
+@given(st.integers(0, 10**6), st.integers(0, 2), st.integers(0, 6))
+def test_exact_solvers_equal_brute_force_min_cost(seed, cap, below):
+    g = small_graph(seed)
+    top = peak(g, g.topological_order())
+    limit = max(0, top - below * max(1, top // 10))
+    cost, _ = min_extra_cost(g, limit, cap)
+    for solve in SOLVERS:
+        r = solve(g, "min_cost", memory_limit=limit, cap=cap, time_limit=30)
+        if cost is None:
+            assert r.status == "infeasible" and r.plan is None, solve.__name__
+        else:
+            assert r.status == "optimal", (solve.__name__, r.stats)
+            assert r.extra_cost == cost == r.cost_lower_bound
+            assert r.peak <= limit
+            check_plan(g, r.plan, cap=cap, claimed_peak=r.peak, claimed_extra_cost=r.extra_cost)
+
+
+@pytest.mark.parametrize("seed", (0, 2))
+def test_mip_equals_cpsat_with_cap_two(seed):
+    g = skewed_graph(seed, 6)
+    top = peak(g, g.topological_order())
+    for limit in (top, top - top // 8):
+        a = solve_cpsat(g, "min_cost", memory_limit=limit, cap=2, time_limit=30)
+        b = solve_mip(g, "min_cost", memory_limit=limit, cap=2, time_limit=30)
+        assert a.status == b.status
+        assert a.status in ("optimal", "infeasible")
+        assert a.extra_cost == b.extra_cost
+    a = solve_cpsat(g, "min_peak", cost_budget=10, cap=2, time_limit=30)
+    b = solve_mip(g, "min_peak", cost_budget=10, cap=2, time_limit=30)
+    assert (a.status, a.peak) == (b.status, b.peak) == ("optimal", min_peak(g, 10, 2)[0])
+
+
+@settings(max_examples=20)
+@given(st.integers(0, 10**6))
+def test_cap_zero_min_peak_is_the_scheduling_optimum(seed):
+    g = small_graph(seed, 6)
+    _, best = brute_force_schedule(g)
+    for solve in SOLVERS:
+        r = solve(g, "min_peak", cost_budget=0, cap=0, time_limit=30)
+        assert (r.status, r.peak, r.extra_cost) == ("optimal", best, 0)
+
+
+def test_per_op_caps_are_respected():
+    # a mapping must name every op for the solvers (an unnamed op would be uncapped)
+    g = TensorGraph.build([Tensor("a", 4), Tensor("b", 8), Tensor("d", 2), Tensor("c", 1, output=True)],
+                          [Op("f", (), ("a",), cost=3), Op("g", ("a",), ("b",)), Op("k", ("b",), ("d",)),
+                           Op("h", ("a", "d"), ("c",))])
+    for solve in SOLVERS:
+        assert solve(g, "min_cost", memory_limit=12, cap={"f": 1, "g": 0, "k": 0, "h": 0},
+                     time_limit=10).extra_cost == 3
+        assert solve(g, "min_cost", memory_limit=12, cap=[0, 1, 1, 1], time_limit=10).status == "infeasible"
+
+
+def test_fractional_costs_are_exact():
+    def graph(c):
+        return TensorGraph.build([Tensor("a", 4), Tensor("b", 8), Tensor("d", 2), Tensor("c", 1, output=True)],
+                                 [Op("f", (), ("a",), cost=c), Op("g", ("a",), ("b",)), Op("k", ("b",), ("d",)),
+                                  Op("h", ("a", "d"), ("c",))])
+
+    for solve in SOLVERS:
+        # a dyadic cost scales exactly: optimal
+        r = solve(graph(0.375), "min_cost", memory_limit=12, cap=1, time_limit=10)
+        assert r.extra_cost == Fraction(3, 8) and r.status == "optimal"
+        # 0.1 does not scale to a small integer: the models round costs down (a relaxation),
+        # the plan's cost is still exact and the cost bound still sound
+        r = solve(graph(0.1), "min_cost", memory_limit=12, cap=1, time_limit=10)
+        assert r.extra_cost == Fraction(0.1) and r.status in ("optimal", "feasible")
+        assert Fraction(r.cost_lower_bound) <= r.extra_cost
+
+
+def test_time_limit_zero_returns_a_status_and_never_hangs():
+    g = skewed_graph(1, 7)
+    top = peak(g, g.topological_order())
+    for solve in SOLVERS:
+        r = solve(g, "min_cost", memory_limit=top - 1, cap=2, time_limit=0)
+        assert r.status in ("optimal", "feasible", "infeasible", "unknown")
+        r = solve(g, "min_peak", cost_budget=5, cap=2, time_limit=0)
+        assert r.plan is not None  # the no-recomputation plan always answers min_peak
+        check_plan(g, r.plan, cap=2)
+
+
+# ---------------------------------------------------------------------------- heuristic
+@pytest.mark.parametrize("seed", range(3))
+def test_heuristic_plans_are_valid_and_within_limits_on_larger_graphs(seed):
+    g = skewed_graph(seed, 50)
+    base = peak(g, g.topological_order())
+    lower = footprint_bound(RematProblem.of(g, 1))
+    for ratio in (1.0, 0.9, 0.8):
+        limit = int(ratio * base)
+        r = heuristic_method(g, question="min_cost", memory_limit=limit, cap=1, time_limit=1)
+        if r.status == "infeasible":
+            assert limit < lower
+            continue
+        pk, c = check_plan(g, r.plan, cap=1, claimed_peak=r.peak, claimed_extra_cost=r.extra_cost)
+        if r.status in ("optimal", "feasible"):
+            assert pk <= limit
+        else:
+            assert r.status == "unknown" and pk > limit
+    r = heuristic_method(g, question="min_peak", cost_budget=20, cap=1, time_limit=1)
+    pk, c = check_plan(g, r.plan, cap=1)
+    assert Fraction(c) <= 20 and r.lower_bound <= pk
+
+
+def test_heuristic_recomputes_a_cheap_value_held_across_the_peak():
+    # x is cheap and read at the very end; the peak op in the middle needs 10 bytes of workspace
+    g = TensorGraph.build([Tensor("x", 6), Tensor("y", 1), Tensor("z", 1), Tensor("out", 1, output=True)],
+                          [Op("mk", (), ("x",), cost=1), Op("a", ("x",), ("y",)),
+                           Op("big", ("y",), ("z",), workspace=10), Op("end", ("x", "z"), ("out",))])
+    r = heuristic_method(g, question="min_cost", memory_limit=12, cap=1, time_limit=5)
+    assert r.status == "optimal" or r.status == "feasible"
+    assert r.peak <= 12 and r.extra_cost == 1
+    assert min_extra_cost(g, 12, 1)[0] == 1
+
+
+def test_registry_has_one_signature():
+    assert set(method_names()) >= {"heuristic", "cpsat", "mip"}
+    g = small_graph(11)
+    for name in method_names():
+        r = get_method(name).load()(g, question="min_peak", cost_budget=3, cap=1, time_limit=10, incumbent=None,
+                                    seed=0)
+        check_plan(g, r.plan, cap=1, claimed_peak=r.peak)

@@ -1,0 +1,187 @@
+"""The exact recomputation DP (memopt.remat.treedp) against the exhaustive search, on
+random small graphs and random small series-parallel graphs, caps 0-2, both questions;
+its plans pass the independent checker; with cap 0 it is the scheduling core's optimum."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from memopt.core import Op, Tensor, TensorGraph
+from memopt.errors import OptionError
+from memopt.reductions.knapsack import KnapsackInstance, knapsack_to_remat
+from memopt.remat import brute_force as bf
+from memopt.remat import check_plan, evaluate_plan, plan_from_order
+from memopt.remat.lower_bounds import peak_lower_bound
+from memopt.remat.treedp import min_extra_cost, min_peak
+from memopt.schedule.brute_force import brute_force_schedule, random_tensor_graph
+
+SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def random_sp(rng: np.random.Generator, n_ops: int) -> TensorGraph:
+    """Random two-terminal series-parallel op graph (subdivisions and parallel paths), one
+    tensor per edge, random graph outputs, graph inputs, workspaces and costs."""
+    edges, n = [(0, 1)], 2
+    while n < n_ops:
+        k = int(rng.integers(len(edges)))
+        u, w = edges[k]
+        if rng.random() < 0.5:
+            edges[k] = (u, n)
+            edges.append((n, w))
+        else:
+            edges.append((u, n))
+            edges.append((n, w))
+        n += 1
+    tensors, ins, outs = [], [[] for _ in range(n)], [[] for _ in range(n)]
+    for i, (u, w) in enumerate(edges):
+        tensors.append(Tensor(f"e{i}", int(rng.integers(0, 12)), output=bool(rng.random() < 0.1)))
+        outs[u].append(f"e{i}")
+        ins[w].append(f"e{i}")
+    for v in range(n):
+        if rng.random() < 0.2:
+            tensors.append(Tensor(f"in{v}", int(rng.integers(0, 12)), resident=bool(rng.random() < 0.2)))
+            ins[v].append(f"in{v}")
+        if not outs[v]:
+            tensors.append(Tensor(f"o{v}", int(rng.integers(0, 12)), output=True))
+            outs[v].append(f"o{v}")
+    ops = [Op(f"op{v}", tuple(ins[v]), tuple(outs[v]), workspace=int(rng.integers(0, 6)) if rng.random() < 0.3 else 0,
+              cost=float(rng.integers(1, 10))) for v in range(n)]
+    return TensorGraph.build(tensors, ops)
+
+
+def limits(graph: TensorGraph, cap) -> list[int]:
+    """Memory limits around the interesting range: the no-recomputation peak of the
+    topological order, fractions of it, the lower bound and just below it."""
+    hi = evaluate_plan(graph, plan_from_order(graph, graph.topological_order())).peak
+    lb = peak_lower_bound(graph, cap, trap=False)
+    return sorted({hi, hi - 1, (hi * 4) // 5, (hi * 3) // 5, lb, lb - 1} - {-1})
+
+
+def assert_same_min_cost(graph, cap):
+    for M in limits(graph, cap):
+        c, _ = bf.min_extra_cost(graph, M, cap)
+        r = min_extra_cost(graph, M, cap, use_bound=False)
+        if c is None:
+            assert r.status == "infeasible" and r.plan is None
+        else:
+            assert r.status == "optimal" and r.extra_cost == c
+            assert r.peak <= M
+            assert check_plan(graph, r.plan, cap) == (r.peak, r.extra_cost)
+            assert check_plan(graph, r.plan.to_doc(graph), cap) == (r.peak, r.extra_cost)
+        # the bound shortcut gives the same answer
+        r2 = min_extra_cost(graph, M, cap)
+        assert r2.status == r.status and r2.extra_cost == r.extra_cost
+
+
+def assert_same_min_peak(graph, cap, budgets=(0, 4, 1000)):
+    for B in budgets:
+        p, _, _ = bf.min_peak(graph, B, cap)
+        r = min_peak(graph, B, cap)
+        assert r.status == "optimal" and r.peak == p and r.extra_cost <= B
+        assert check_plan(graph, r.plan, cap) == (r.peak, r.extra_cost)
+
+
+graphs = st.tuples(st.integers(0, 2**32 - 1), st.integers(1, 6), st.integers(0, 2))
+
+
+@SETTINGS
+@given(graphs)
+def test_min_extra_cost_equals_brute_force(args):
+    seed, n, cap = args
+    g = random_tensor_graph(np.random.default_rng(seed), n)
+    assert_same_min_cost(g, cap)
+
+
+@SETTINGS
+@given(st.tuples(st.integers(0, 2**32 - 1), st.integers(1, 5), st.integers(0, 2)))
+def test_min_peak_equals_brute_force(args):
+    seed, n, cap = args
+    g = random_tensor_graph(np.random.default_rng(seed), n)
+    assert_same_min_peak(g, cap)
+
+
+@SETTINGS
+@given(st.tuples(st.integers(0, 2**32 - 1), st.integers(2, 7), st.integers(0, 2)))
+def test_series_parallel_equals_brute_force(args):
+    seed, n, cap = args
+    g = random_sp(np.random.default_rng(seed), n)
+    assert_same_min_cost(g, cap)
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.tuples(st.integers(0, 2**32 - 1), st.integers(2, 6), st.integers(0, 2)))
+def test_series_parallel_min_peak_equals_brute_force(args):
+    seed, n, cap = args
+    g = random_sp(np.random.default_rng(seed), n)
+    assert_same_min_peak(g, cap, budgets=(0, 5))
+
+
+@SETTINGS
+@given(st.tuples(st.integers(0, 2**32 - 1), st.integers(1, 7)))
+def test_cap_zero_is_the_scheduling_optimum(args):
+    seed, n = args
+    g = random_tensor_graph(np.random.default_rng(seed), n)
+    _, best = brute_force_schedule(g)
+    r = min_peak(g, 0, 0)
+    assert r.status == "optimal" and r.peak == best and r.extra_cost == 0
+    assert check_plan(g, r.plan, 0) == (best, 0)
+    assert min_extra_cost(g, best - 1, 0, use_bound=False).status == "infeasible"
+
+
+@SETTINGS
+@given(st.tuples(st.integers(0, 2**32 - 1), st.integers(1, 6), st.integers(0, 2)))
+def test_per_op_caps(args):
+    seed, n, cap = args
+    rng = np.random.default_rng(seed)
+    g = random_tensor_graph(rng, n)
+    caps = [int(rng.integers(0, cap + 1)) for _ in range(g.num_ops)]
+    for M in limits(g, caps)[:3]:
+        c, _ = bf.min_extra_cost(g, M, caps)
+        r = min_extra_cost(g, M, caps, use_bound=False)
+        assert (c is None) == (r.status == "infeasible")
+        if c is not None:
+            assert r.extra_cost == c and check_plan(g, r.plan, caps)[1] == c
+
+
+@pytest.mark.parametrize("weights,values,W", [((3, 4, 5), (4, 5, 6), 7), ((1, 2, 3, 4), (1, 3, 3, 5), 5),
+                                              ((5, 5), (1, 1), 4)])
+def test_knapsack_instances(weights, values, W):
+    """The knapsack reduction: min extra cost = sum of values - knapsack optimum."""
+    import itertools
+    inst = KnapsackInstance(weights, values, W)
+    red = knapsack_to_remat(inst)
+    best = max(sum(values[i] for i in K) for r in range(len(weights) + 1)
+               for K in itertools.combinations(range(len(weights)), r) if sum(weights[i] for i in K) <= W)
+    for cap in (1, 2):
+        r = min_extra_cost(red.graph, red.memory_limit, cap)
+        assert r.status == "optimal" and r.extra_cost == red.offset - best
+
+
+def test_a_chain_recomputes_a_cheap_early_value():
+    """A long skip from a cheap op: recomputing it is the only way under the limit."""
+    g = TensorGraph.build(
+        tensors=[Tensor("a", 10), Tensor("b", 4), Tensor("c", 4), Tensor("d", 4), Tensor("z", 1, output=True)],
+        ops=[Op("A", (), ("a",), cost=1), Op("B", ("a",), ("b",), cost=5), Op("C", ("b",), ("c",), cost=5),
+             Op("D", ("c",), ("d",), cost=5), Op("Z", ("a", "d"), ("z",), cost=5)])
+    no_remat = min_peak(g, 0, 0)
+    assert no_remat.peak == 18  # a (10) + c (4) + d (4) while D runs
+    r = min_extra_cost(g, 15, 1)
+    assert r.status == "optimal" and r.extra_cost == 1 and r.peak <= 15
+    assert min_extra_cost(g, 15, 0).status == "infeasible"
+    assert min_peak(g, 1, 1).peak == 15  # 10 (a, re-run) + 4 (d) + 1 (z)
+    assert min_peak(g, 0, 1).peak == 18
+
+
+def test_time_limit_and_bad_options():
+    g = random_sp(np.random.default_rng(3), 7)
+    r = min_extra_cost(g, 10**9, 2, max_states=0)
+    assert r.status in ("time_limit", "optimal")
+    with pytest.raises(OptionError):
+        min_extra_cost(g, 10, -1)
+    with pytest.raises(OptionError):
+        min_extra_cost(g, 1.5, 1)
+    with pytest.raises(OptionError):
+        min_peak(g, -1, 1)
