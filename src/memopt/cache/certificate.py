@@ -35,7 +35,7 @@ from collections import OrderedDict
 import numpy as np
 
 from memopt.errors import CertificateError, FormatError, InternalError, OptionError
-from memopt.cache.offline import _time_limit, flow_lower_bound, offline_optimum
+from memopt.cache.offline import check_time_limit, flow_lower_bound, offline_optimum
 from memopt.cache.policies import check_capacity, parse_policy, simulate
 from memopt.cache.routes import MAX_BYTES, RequestTrace
 
@@ -109,7 +109,7 @@ def certify_residency(trace: RequestTrace, envelopes, *, capacities=None,
     if not isinstance(trace, RequestTrace):
         raise OptionError(f"certify_residency needs a RequestTrace, got {type(trace).__name__}")
     envs = parse_envelopes(envelopes)
-    _time_limit(time_limit)
+    check_time_limit(time_limit)
     if isinstance(max_requests, bool) or not isinstance(max_requests, int) or max_requests < 0:
         raise OptionError(f"max_requests must be a non-negative integer, got {max_requests!r}")
     pols = []
@@ -487,7 +487,7 @@ def verify_residency_certificate(cert, trace: RequestTrace, *, time_limit: float
     """
     if not isinstance(trace, RequestTrace):
         raise OptionError(f"verify_residency_certificate needs a RequestTrace, got {type(trace).__name__}")
-    time_limit = _time_limit(time_limit)
+    time_limit = check_time_limit(time_limit)
     cert = _load(cert)
     _keys(cert, {"format", "version", "model", "trace", "semantic_demand", "largest_object",
                  "envelopes", "capacities"}, set(), "the certificate")

@@ -46,7 +46,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from memopt.errors import InternalError, OptionError
-from memopt.cache.kv_policies import _check_prefill, _total, arrivals, check_budget, schedule_retained
+from memopt.cache.kv_policies import check_prefill, total_mass, arrivals, check_budget, schedule_retained
 from memopt.cache.kv_trace import AttentionTrace
 
 __all__ = ["KVOptimum", "kv_optimum", "optimum_head"]
@@ -140,7 +140,7 @@ def kv_optimum(trace: AttentionTrace, budget, *, prefill: int = 0) -> KVOptimum:
     if not isinstance(trace, AttentionTrace):
         raise OptionError(f"kv_optimum needs an AttentionTrace, got {type(trace).__name__}")
     B = check_budget(budget, trace)
-    P = _check_prefill(prefill, trace)
+    P = check_prefill(prefill, trace)
     A = trace.heads()
     K, T = A.shape[0], trace.steps
     per = np.zeros(K, dtype=np.int64)
@@ -151,4 +151,4 @@ def kv_optimum(trace: AttentionTrace, budget, *, prefill: int = 0) -> KVOptimum:
     if not np.array_equal(check, per):
         raise InternalError("kv-optimum-value", "the optimal flow's cost disagrees with its schedule's "
                                                 "retained attention")
-    return KVOptimum(B, P, T, K, int(per.sum()), int(_total(trace, P).sum()), "optimal", per, last)
+    return KVOptimum(B, P, T, K, int(per.sum()), int(total_mass(trace, P).sum()), "optimal", per, last)

@@ -133,7 +133,7 @@ def check_budget(budget, trace: AttentionTrace, what: str = "budget") -> int:
     return int(budget)
 
 
-def _check_prefill(prefill, trace: AttentionTrace) -> int:
+def check_prefill(prefill, trace: AttentionTrace) -> int:
     if isinstance(prefill, bool) or not isinstance(prefill, (int, np.integer)) or not 0 <= prefill <= trace.steps:
         raise OptionError(f"prefill must be an integer in [0, {trace.steps}], got {prefill!r}")
     return int(prefill)
@@ -179,7 +179,7 @@ def schedule_retained(trace: AttentionTrace, last_step: np.ndarray, budget: int,
     return out
 
 
-def _total(trace: AttentionTrace, prefill: int) -> np.ndarray:
+def total_mass(trace: AttentionTrace, prefill: int) -> np.ndarray:
     A = trace.heads()
     T = trace.steps
     low = np.tril(np.ones((T, T), dtype=bool), -1)
@@ -218,7 +218,7 @@ def simulate_kv(trace: AttentionTrace, policy: str, budget, *, prefill: int = 0,
         raise OptionError(f"unknown KV policy {policy!r}; choose from {', '.join(KV_POLICIES)}")
     name = policy.strip().lower()
     B = check_budget(budget, trace)
-    P = _check_prefill(prefill, trace)
+    P = check_prefill(prefill, trace)
     T, K, Hh = trace.steps, trace.n_heads, trace.kv_heads
     params: dict = {}
     if name in ("h2o", "rmm"):
@@ -335,5 +335,5 @@ def simulate_kv(trace: AttentionTrace, policy: str, budget, *, prefill: int = 0,
     if not np.array_equal(check, retained):
         raise InternalError("kv-retained", f"{name}: simulated retained attention disagrees with the "
                                            "schedule's")
-    total = _total(trace, P)
+    total = total_mass(trace, P)
     return KVResult(name, B, P, T, K, int(retained.sum()), int(total.sum()), params, retained, last)

@@ -115,7 +115,7 @@ class FlowBound:
                 "compulsory": self.compulsory, "caches": self.caches, "method": self.method}
 
 
-def _time_limit(value) -> float:
+def check_time_limit(value) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
             or value <= 0 or value > 1e7:
         raise OptionError(f"time_limit must be a finite number of seconds in (0, 1e7], got {value!r}")
@@ -659,7 +659,7 @@ def offline_optimum(trace: RequestTrace, capacity, *, time_limit: float = 30.0,
     if not isinstance(trace, RequestTrace):
         raise OptionError(f"offline_optimum needs a RequestTrace, got {type(trace).__name__}")
     cap = check_capacity(capacity)
-    tl = _time_limit(time_limit)
+    tl = check_time_limit(time_limit)
     if objective not in OBJECTIVES:
         raise OptionError(f"unknown objective {objective!r}; choose from {', '.join(OBJECTIVES)}")
     if method not in METHODS:
