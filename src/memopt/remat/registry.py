@@ -26,56 +26,34 @@ prove something).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from importlib import import_module
-
-from memopt.errors import OptionError
-from memopt.schedule.registry import NotApplicable
+from memopt.registry import Method, NotApplicable, Registry
 
 __all__ = ["RematMethod", "NotApplicable", "register", "get_method", "method_names", "methods", "REGISTRY"]
 
 KINDS = ("heuristic", "exact")
 
+#: a recomputation method is a :class:`memopt.registry.Method` of this registry
+RematMethod = Method
 
-@dataclass(frozen=True)
-class RematMethod:
-    """A registered recomputation method: ``kind`` is ``heuristic`` (no proof beyond the
-    footprint bound) or ``exact`` (proves optimality or infeasibility given time)."""
-
-    name: str
-    target: str
-    kind: str
-    summary: str
-
-    def load(self):
-        module, _, attr = self.target.partition(":")
-        return getattr(import_module(module), attr)
+_registry = Registry("recomputation", KINDS, extra_names=("auto",))
+REGISTRY: dict[str, Method] = _registry.entries
 
 
-REGISTRY: dict[str, RematMethod] = {}
+def register(method: Method) -> Method:
+    """Add (or replace) a recomputation method; returns it."""
+    return _registry.register(method)
 
 
-def register(method: RematMethod) -> RematMethod:
-    if method.kind not in KINDS:
-        raise OptionError(f"method {method.name!r}: unknown kind {method.kind!r}; choose from {', '.join(KINDS)}")
-    REGISTRY[method.name] = method
-    return method
-
-
-def get_method(name: str) -> RematMethod:
-    try:
-        return REGISTRY[name]
-    except KeyError:
-        raise OptionError(f"unknown recomputation method {name!r}; choose from auto, "
-                          f"{', '.join(method_names())}") from None
+def get_method(name: str) -> Method:
+    return _registry.get(name)
 
 
 def method_names() -> tuple[str, ...]:
-    return tuple(REGISTRY)
+    return _registry.names()
 
 
-def methods(kind: str | None = None) -> list[RematMethod]:
-    return [m for m in REGISTRY.values() if kind is None or m.kind == kind]
+def methods(kind: str | None = None) -> list[Method]:
+    return _registry.of_kind(kind)
 
 
 _R = "memopt.remat."

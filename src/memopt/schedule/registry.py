@@ -14,7 +14,9 @@ Like networkx's ``flow_func`` for maximum flow, every scheduling method is a fun
 * returns a :class:`~memopt.schedule.result.MethodResult` (order, peak, what it proved).
 
 A method that does not apply to the problem (Liu's algorithm on a graph that is not a tree,
-a tensor-graph baseline on a bare DAG) raises :class:`~memopt.schedule.registry.NotApplicable`.
+a tensor-graph baseline on a bare DAG) raises :class:`~memopt.registry.NotApplicable`.
+The registry machinery itself (:class:`~memopt.registry.Registry`, lazy targets) is shared
+with the recomputation methods in :mod:`memopt.registry`.
 
 The registry maps names to ``"module:function"`` targets that are imported only when the
 method runs, so reading the registry (``memopt --help``) imports no solver and no kernel.
@@ -25,90 +27,33 @@ same way but decide what to run themselves from the instance.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from importlib import import_module
+from memopt.registry import Method, NotApplicable, Registry, TimeLimitReached, deadline_checker
 
-from memopt.errors import OptionError, ScheduleError
-
-__all__ = ["Method", "NotApplicable", "TimeLimitReached", "deadline_checker", "register", "get_method", "method_names", "methods", "REGISTRY"]
+__all__ = ["Method", "NotApplicable", "TimeLimitReached", "deadline_checker", "register", "get_method",
+           "method_names", "methods", "REGISTRY", "KINDS"]
 
 KINDS = ("portfolio", "baseline", "class", "heuristic", "anytime", "exact")
 
-
-class NotApplicable(ScheduleError):
-    """The method does not apply to this problem (it is outside the method's class)."""
-
-
-class TimeLimitReached(Exception):
-    """Control flow inside a method: its time limit ran out (the method then returns its best
-    result so far, or none). Never escapes a registered method."""
-
-
-def deadline_checker(deadline: float | None):
-    """A cheap check for long pure-Python loops: the returned function raises
-    :class:`TimeLimitReached` once ``time.perf_counter()`` passes ``deadline`` (it looks at the
-    clock every 1024 calls). ``None``: no deadline."""
-    if deadline is None:
-        return lambda: None
-    import time
-
-    count = [0]
-
-    def check():
-        count[0] += 1
-        if count[0] & 1023 == 0 and time.perf_counter() > deadline:
-            raise TimeLimitReached("time limit reached")
-
-    return check
-
-
-@dataclass(frozen=True)
-class Method:
-    """A registered scheduling method.
-
-    ``kind``: ``portfolio`` (decides what to run), ``baseline`` (a named reference order),
-    ``class`` (optimal on a graph class, :class:`NotApplicable` outside it), ``heuristic``
-    (one pass), ``anytime`` (improves until proved, exhausted or out of time), ``exact``
-    (proves optimality given time). ``models``: which models it accepts (``graph``,
-    ``program``, ``dag``).
-    """
-
-    name: str
-    target: str
-    kind: str
-    summary: str
-    models: tuple = ("graph", "program", "dag")
-
-    def load(self):
-        """The method's function (imports its module on first use)."""
-        module, _, attr = self.target.partition(":")
-        return getattr(import_module(module), attr)
-
-
-REGISTRY: dict[str, Method] = {}
+_registry = Registry("", KINDS)
+#: name -> :class:`Method`, in registration order (the registry's own table)
+REGISTRY: dict[str, Method] = _registry.entries
 
 
 def register(method: Method) -> Method:
-    """Add (or replace) a method; returns it."""
-    if method.kind not in KINDS:
-        raise OptionError(f"method {method.name!r}: unknown kind {method.kind!r}; choose from {', '.join(KINDS)}")
-    REGISTRY[method.name] = method
-    return method
+    """Add (or replace) a scheduling method; returns it."""
+    return _registry.register(method)
 
 
 def get_method(name: str) -> Method:
-    try:
-        return REGISTRY[name]
-    except KeyError:
-        raise OptionError(f"unknown method {name!r}; choose from {', '.join(method_names())}") from None
+    return _registry.get(name)
 
 
 def method_names() -> tuple[str, ...]:
-    return tuple(REGISTRY)
+    return _registry.names()
 
 
 def methods(kind: str | None = None) -> list[Method]:
-    return [m for m in REGISTRY.values() if kind is None or m.kind == kind]
+    return _registry.of_kind(kind)
 
 
 _S = "memopt.schedule."
