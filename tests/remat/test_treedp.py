@@ -185,3 +185,17 @@ def test_time_limit_and_bad_options():
         min_extra_cost(g, 1.5, 1)
     with pytest.raises(OptionError):
         min_peak(g, -1, 1)
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 5), st.sampled_from([1.0, 0.9, 0.8]))
+def test_registry_method_equals_cpsat(seed, n, ratio):
+    """The DP through the recomputation registry (common start/finish) agrees with CP-SAT."""
+    from memopt.core import peak
+    from memopt.remat.registry import get_method
+
+    g = random_tensor_graph(np.random.default_rng(seed), n)
+    limit = int(int(peak(g, g.topological_order())) * ratio)
+    r = get_method("treedp").load()(g, question="min_cost", memory_limit=limit, cap=1, time_limit=30)
+    c = get_method("cpsat").load()(g, question="min_cost", memory_limit=limit, cap=1, time_limit=30)
+    assert (r.status, r.extra_cost) == (c.status, c.extra_cost)

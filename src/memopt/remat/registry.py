@@ -62,6 +62,8 @@ for _m in (
                 "optimal no-recomputation order, then re-runs of cheap values held across the peak"),
     RematMethod("cpsat", _R + "cpsat:cpsat_method", "exact", "CP-SAT retention-interval model over run slots"),
     RematMethod("mip", _R + "mip:mip_method", "exact", "time-indexed MIP over run slots, solved by SCIP"),
+    RematMethod("treedp", _R + "treedp:treedp_method", "exact",
+                "exact frontier dynamic program (exponential in the DAG's width; small graphs)"),
 ):
     register(_m)
 del _m

@@ -382,3 +382,28 @@ def min_peak(graph: TensorGraph, cost_budget, cap=1, *, time_limit: float | None
             return TreeDPResult("time_limit", None, None, None, expanded)
         best = r
     return TreeDPResult("optimal", best.extra_cost, best.peak, best.plan, expanded)
+
+
+def treedp_method(problem, *, question: str, memory_limit=None, cost_budget=None, cap=1, time_limit: float = 10.0,
+                  incumbent=None, seed: int = 0):
+    """Registry method ``treedp`` (see :mod:`memopt.remat.registry`): :func:`min_extra_cost` or
+    :func:`min_peak`, with the common start and finish of every recomputation method (the
+    footprint bound, the incumbent, exact re-evaluation of the plan)."""
+    import time
+
+    from memopt.remat.model_common import RematProblem, finish_result, start_result
+
+    t0 = time.perf_counter()
+    p = RematProblem.of(problem, cap)
+    st = start_result(p, question, memory_limit, cost_budget, incumbent, "treedp", t0)
+    if st.done:
+        return st.result
+    remaining = max(0.0, float(time_limit) - (time.perf_counter() - t0))
+    caps = list(p.caps)
+    if question == "min_cost":
+        r = min_extra_cost(p.graph, st.memory_limit, caps, time_limit=remaining)
+        proven = {"optimal": ("cost", r.extra_cost), "infeasible": ("infeasible",)}.get(r.status)
+    else:
+        r = min_peak(p.graph, st.cost_budget, caps, time_limit=remaining)
+        proven = ("peak", r.peak) if r.status == "optimal" else None
+    return finish_result(p, st, r.plan, proven, "treedp", t0, {"states": int(r.states), "dp_status": r.status})
