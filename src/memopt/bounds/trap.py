@@ -101,12 +101,7 @@ class Bound:
 
     def to_dict(self) -> dict:
         """Plain JSON data (what ``memopt bound --json`` prints for each bound)."""
-        def plain(x):
-            if isinstance(x, dict):
-                return {str(k): plain(v) for k, v in x.items()}
-            if isinstance(x, (list, tuple)):
-                return [plain(v) for v in x]
-            return x.item() if isinstance(x, np.generic) else x
+        from memopt.io._json import plain_data as plain
 
         return {"name": self.name, "value": int(self.value), "critical": [int(v) for v in self.critical],
                 "witness": plain(self.witness), "seconds": round(float(self.seconds), 6),

@@ -261,3 +261,16 @@ def decode_record(path: str, lineno: int, line: str, decoder: json.JSONDecoder =
     if not isinstance(rec, dict):
         raise err("record is not a JSON object")
     return rec
+
+
+def plain_data(x, leaf=None):
+    """``x`` as plain JSON data: dict keys as strings, tuples as lists, numpy arrays and
+    scalars as Python lists and numbers; anything else goes through ``leaf`` (default: kept).
+    What every result type's ``to_dict()`` uses for its free-form parts (stats, witnesses)."""
+    if isinstance(x, dict):
+        return {str(k): plain_data(v, leaf) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [plain_data(v, leaf) for v in x]
+    if hasattr(x, "dtype") and hasattr(x, "tolist"):  # numpy arrays and scalars
+        return x.tolist()
+    return x if leaf is None else leaf(x)

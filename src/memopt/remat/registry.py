@@ -39,21 +39,11 @@ _registry = Registry("recomputation", KINDS, extra_names=("auto",))
 REGISTRY: dict[str, Method] = _registry.entries
 
 
-def register(method: Method) -> Method:
-    """Add (or replace) a recomputation method; returns it."""
-    return _registry.register(method)
-
-
-def get_method(name: str) -> Method:
-    return _registry.get(name)
-
-
-def method_names() -> tuple[str, ...]:
-    return _registry.names()
-
-
-def methods(kind: str | None = None) -> list[Method]:
-    return _registry.of_kind(kind)
+# the family's functions are the registry's own methods
+register = _registry.register
+get_method = _registry.get
+method_names = _registry.names
+methods = _registry.of_kind
 
 
 _R = "memopt.remat."

@@ -30,6 +30,8 @@ from fractions import Fraction
 
 import numpy as np
 
+from memopt.io._json import plain_data
+
 from memopt.errors import FormatError
 
 __all__ = ["RematResult", "STATUSES", "QUESTIONS", "json_number", "exact_number"]
@@ -120,7 +122,7 @@ class RematResult:
             out["cost_budget"] = json_number(self.cost_budget)
         out.update({"cap": self.cap if not isinstance(self.cap, np.ndarray) else self.cap.tolist(),
                     "method": self.method, "seconds": round(float(self.seconds), 6),
-                    "stats": _plain(self.stats)})
+                    "stats": plain_data(self.stats, _fraction_leaf)})
         return out
 
     @classmethod
@@ -158,15 +160,6 @@ class RematResult:
             raise FormatError(f"not a recomputation result: {type(exc).__name__}: {exc}") from None
 
 
-def _plain(x):
-    if isinstance(x, dict):
-        return {str(k): _plain(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_plain(v) for v in x]
-    if isinstance(x, np.ndarray):
-        return x.tolist()
-    if isinstance(x, np.generic):
-        return x.item()
-    if isinstance(x, Fraction):
-        return json_number(x)
-    return x
+def _fraction_leaf(x):
+    """Exact costs in stats (``Fraction``) as JSON numbers (:func:`json_number`)."""
+    return json_number(x) if isinstance(x, Fraction) else x

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from memopt.io._json import plain_data
+
 STATUSES = ("certified", "optimal", "feasible", "infeasible")
 
 
@@ -51,19 +53,6 @@ class MethodResult:
     lower_bound: int | None = None
     optimal: bool = False
     stats: dict = field(default_factory=dict)
-
-
-def _plain(x):
-    """JSON-ready copy of a stats value (numpy scalars and arrays become Python numbers/lists)."""
-    if isinstance(x, dict):
-        return {str(k): _plain(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_plain(v) for v in x]
-    if isinstance(x, np.ndarray):
-        return x.tolist()
-    if isinstance(x, np.generic):
-        return x.item()
-    return x
 
 
 @dataclass(frozen=True)
@@ -103,8 +92,8 @@ class ScheduleResult:
             order = [labels[i] for i in order]
         out = {"order": order, "peak": int(self.peak), "lower_bound": int(self.lower_bound),
                "gap": int(self.gap), "status": self.status, "method": self.method,
-               "seconds": round(float(self.seconds), 6), "baselines": _plain(self.baselines),
-               "bounds": _plain(self.bounds), "verified": bool(self.verified), "stats": _plain(self.stats)}
+               "seconds": round(float(self.seconds), 6), "baselines": plain_data(self.baselines),
+               "bounds": plain_data(self.bounds), "verified": bool(self.verified), "stats": plain_data(self.stats)}
         if certificate:
             out["certificate"] = self.certificate
         return out
