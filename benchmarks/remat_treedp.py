@@ -22,22 +22,13 @@ import numpy as np
 from memopt.core.tensor_graph import Op, Tensor, TensorGraph
 from memopt.errors import OptionError
 from memopt.remat import check_plan
+from memopt.schedule.brute_force import random_sp_edges
 from memopt.remat.lower_bounds import peak_lower_bound
 from memopt.remat.treedp import min_extra_cost
 
 
 def random_sp(rng: np.random.Generator, n_ops: int, max_size: int = 12) -> TensorGraph:
-    edges, n = [(0, 1)], 2
-    while n < n_ops:
-        k = int(rng.integers(len(edges)))
-        u, w = edges[k]
-        if rng.random() < 0.5:
-            edges[k] = (u, n)
-            edges.append((n, w))
-        else:
-            edges.append((u, n))
-            edges.append((n, w))
-        n += 1
+    edges, n = random_sp_edges(rng, n_ops)
     tensors, ins, outs = [], [[] for _ in range(n)], [[] for _ in range(n)]
     for i, (u, w) in enumerate(edges):
         tensors.append(Tensor(f"e{i}", int(rng.integers(0, max_size))))

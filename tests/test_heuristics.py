@@ -11,7 +11,7 @@ from memopt.core import (Op, Tensor, TensorGraph, dag_peak, graph_to_dag, peak,
                          program_from_graph, validate_node_order, validate_order)
 from memopt.errors import ScheduleError
 from memopt.schedule import local_search as ls
-from memopt.schedule.brute_force import brute_force_dag_optimum, brute_force_schedule, random_tensor_graph
+from memopt.schedule.brute_force import brute_force_dag_optimum, brute_force_schedule, random_sp_edges, random_tensor_graph
 from memopt.schedule.greedy import RULES, greedy_dag_order, greedy_order
 from memopt.schedule.inductor import (bfs_order, dfs_order, inductor_best_order, inductor_estimate,
                                       inductor_orders, lpmf_order)
@@ -292,17 +292,7 @@ def test_liu_interleaves_subtrees_when_that_is_better():
 # ----------------------------------------------------------------- series-parallel
 def random_sp(rng: np.random.Generator, n_ops: int, extras: bool) -> TensorGraph:
     """Random TTSP op graph (edge subdivisions and parallel paths); one tensor per edge."""
-    edges, n = [(0, 1)], 2
-    while n < n_ops:
-        k = int(rng.integers(len(edges)))
-        u, w = edges[k]
-        if rng.random() < 0.5:
-            edges[k] = (u, n)
-            edges.append((n, w))
-        else:
-            edges.append((u, n))
-            edges.append((n, w))
-        n += 1
+    edges, n = random_sp_edges(rng, n_ops)
     tensors, ins, outs = [], [[] for _ in range(n)], [[] for _ in range(n)]
     for i, (u, w) in enumerate(edges):
         tensors.append(Tensor(f"e{i}", int(rng.integers(0, 12)), output=bool(extras and rng.random() < 0.1)))

@@ -16,7 +16,7 @@ from memopt.remat import brute_force as bf
 from memopt.remat import check_plan, evaluate_plan, plan_from_order
 from memopt.remat.lower_bounds import peak_lower_bound
 from memopt.remat.treedp import min_extra_cost, min_peak
-from memopt.schedule.brute_force import brute_force_schedule, random_tensor_graph
+from memopt.schedule.brute_force import brute_force_schedule, random_sp_edges, random_tensor_graph
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -24,17 +24,7 @@ SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[Healt
 def random_sp(rng: np.random.Generator, n_ops: int) -> TensorGraph:
     """Random two-terminal series-parallel op graph (subdivisions and parallel paths), one
     tensor per edge, random graph outputs, graph inputs, workspaces and costs."""
-    edges, n = [(0, 1)], 2
-    while n < n_ops:
-        k = int(rng.integers(len(edges)))
-        u, w = edges[k]
-        if rng.random() < 0.5:
-            edges[k] = (u, n)
-            edges.append((n, w))
-        else:
-            edges.append((u, n))
-            edges.append((n, w))
-        n += 1
+    edges, n = random_sp_edges(rng, n_ops)
     tensors, ins, outs = [], [[] for _ in range(n)], [[] for _ in range(n)]
     for i, (u, w) in enumerate(edges):
         tensors.append(Tensor(f"e{i}", int(rng.integers(0, 12)), output=bool(rng.random() < 0.1)))

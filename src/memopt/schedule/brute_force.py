@@ -146,3 +146,21 @@ def random_tensor_graph(rng: np.random.Generator, n_ops: int, *, max_size: int =
         ops.append(Op(f"op{v}", tuple(reads), tuple(outs), workspace=ws, cost=float(rng.integers(1, 10))))
         produced.extend(outs)
     return TensorGraph.build(tensors, ops, name="random")
+
+
+def random_sp_edges(rng: np.random.Generator, n_ops: int) -> tuple[list[tuple[int, int]], int]:
+    """Edges of a random two-terminal series-parallel op DAG on ``max(2, n_ops)`` nodes, grown
+    from one edge ``0 -> 1`` by subdivisions (series) and parallel paths; returns ``(edges, n)``.
+    Property tests decorate it with tensors (one per edge) as they need."""
+    edges, n = [(0, 1)], 2
+    while n < n_ops:
+        k = int(rng.integers(len(edges)))
+        u, w = edges[k]
+        if rng.random() < 0.5:
+            edges[k] = (u, n)
+            edges.append((n, w))
+        else:
+            edges.append((u, n))
+            edges.append((n, w))
+        n += 1
+    return edges, n
