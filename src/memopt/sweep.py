@@ -474,20 +474,11 @@ def pyplot():
     return plt
 
 
-def plot_lines(path, series: Iterable[tuple[str, Sequence[float], Sequence[float]]], *, xlabel: str,
-               ylabel: str, title: str = "", marks: Iterable[tuple[str, Sequence[float], float]] = ()) -> None:
-    """Write a line plot to ``path``: one line per ``(label, xs, ys)`` (NaN breaks a line),
-    and ``(label, xs, y)`` marks (e.g. lost points) as gray crosses at height ``y``."""
+def save_figure(plt, fig, ax, path, *, xlabel: str, ylabel: str, title: str = "") -> None:
+    """The house style every sweep plot ends with: labels, title, grid, legend; written to
+    ``path`` as a 120-dpi PNG and closed."""
     import os
 
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    for label, xs, ys in series:
-        ax.plot(list(xs), list(ys), ".-", lw=1, ms=4, label=label)
-    for label, xs, y in marks:
-        xs = list(xs)
-        if xs:
-            ax.scatter(xs, [y] * len(xs), marker="x", color="gray", s=24, zorder=3, label=label)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     if title:
@@ -497,3 +488,19 @@ def plot_lines(path, series: Iterable[tuple[str, Sequence[float], Sequence[float
     fig.tight_layout()
     fig.savefig(os.fspath(path), dpi=120)
     plt.close(fig)
+
+
+def plot_lines(path, series: Iterable[tuple[str, Sequence[float], Sequence[float]]], *, xlabel: str,
+               ylabel: str, title: str = "", marks: Iterable[tuple[str, Sequence[float], float]] = ()) -> None:
+    """Write a line plot to ``path``: one line per ``(label, xs, ys)`` (NaN breaks a line),
+    and ``(label, xs, y)`` marks (e.g. lost points) as gray crosses at height ``y``."""
+
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for label, xs, ys in series:
+        ax.plot(list(xs), list(ys), ".-", lw=1, ms=4, label=label)
+    for label, xs, y in marks:
+        xs = list(xs)
+        if xs:
+            ax.scatter(xs, [y] * len(xs), marker="x", color="gray", s=24, zorder=3, label=label)
+    save_figure(plt, fig, ax, path, xlabel=xlabel, ylabel=ylabel, title=title)

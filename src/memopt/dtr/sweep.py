@@ -683,7 +683,7 @@ def format_sweep(result: SweepResult, *, all_points: bool = False) -> str:
 def plot_sweep(result: SweepResult, path: str | os.PathLike) -> None:
     """Plot ratio vs. compute overhead: passing budgets as a line, failing budgets as
     red marks on the x axis, holes shaded. matplotlib is imported here, with Agg."""
-    from memopt.sweep import pyplot
+    from memopt.sweep import pyplot, save_figure
 
     plt = pyplot()
     base = result.baseline_compute
@@ -707,14 +707,8 @@ def plot_sweep(result: SweepResult, path: str | os.PathLike) -> None:
         left = (ratios[i - 1] + ratios[i]) / 2 if i > 0 else ratios[i]
         right = (ratios[j] + ratios[j + 1]) / 2 if j + 1 < len(ratios) else ratios[j]
         ax.axvspan(left, right, color="orange", alpha=0.3, label="hole" if n == 0 else None)
-    ax.set_xlabel("budget / baseline peak")
-    ax.set_ylabel("(model + remat compute) / model compute")
     title = f"{result.trace} - {result.heuristic}"
     if result.overhead_limit:
         title += f" (overhead limit {result.overhead_limit})"
-    ax.set_title(title, fontsize=9)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(os.fspath(path), dpi=120)
-    plt.close(fig)
+    save_figure(plt, fig, ax, path, xlabel="budget / baseline peak",
+                ylabel="(model + remat compute) / model compute", title=title)
