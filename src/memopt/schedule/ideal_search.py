@@ -277,7 +277,6 @@ def _search(sc, max_expand, delta, trans, succ_ptr, succ_idx, is_rel, alloc_slot
     (the candidate buffer is full: grow it and call again).
     """
     n = delta.shape[0]
-    W = memo_keys.shape[1]
     cap = memo_used.shape[0]
     B = sc[_B]
     n_alloc = sc[_NALLOC]
