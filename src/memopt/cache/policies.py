@@ -131,6 +131,40 @@ def _next_use(req, m):
 
 
 @kernel(pure_max=2000)
+def _sift_up(heap, pos, key, p, o):
+    """Place object ``o`` (key ``key[o]``) at heap slot ``p`` or above (binary min-heap)."""
+    kv = key[o]
+    while p > 0:
+        q = (p - 1) >> 1
+        if key[heap[q]] <= kv:
+            break
+        heap[p] = heap[q]
+        pos[heap[p]] = p
+        p = q
+    heap[p] = o
+    pos[o] = p
+
+
+@kernel(pure_max=2000)
+def _sift_down(heap, pos, key, p, size, o):
+    """Place object ``o`` at heap slot ``p`` or below, among the first ``size`` slots."""
+    kv = key[o]
+    while True:
+        c = 2 * p + 1
+        if c >= size:
+            break
+        if c + 1 < size and key[heap[c + 1]] < key[heap[c]]:
+            c += 1
+        if key[heap[c]] >= kv:
+            break
+        heap[p] = heap[c]
+        pos[heap[p]] = p
+        p = c
+    heap[p] = o
+    pos[o] = p
+
+
+@kernel(pure_max=2000)
 def _simulate(req, sizes, nxt, capacity, policy, k, hit_out):
     """Run one cache; returns ``(hits, bytes_moved)``; ``hit_out`` (length n or 0) gets the
     hit flag of each request."""
@@ -170,29 +204,9 @@ def _simulate(req, sizes, nxt, capacity, policy, k, hit_out):
             old = key[o]
             key[o] = kv
             if kv < old:
-                # sift up
-                while p > 0:
-                    q = (p - 1) >> 1
-                    if key[heap[q]] <= kv:
-                        break
-                    heap[p] = heap[q]
-                    pos[heap[p]] = p
-                    p = q
+                _sift_up(heap, pos, key, p, o)
             else:
-                # sift down
-                while True:
-                    c = 2 * p + 1
-                    if c >= size:
-                        break
-                    if c + 1 < size and key[heap[c + 1]] < key[heap[c]]:
-                        c += 1
-                    if key[heap[c]] >= kv:
-                        break
-                    heap[p] = heap[c]
-                    pos[heap[p]] = p
-                    p = c
-            heap[p] = o
-            pos[o] = p
+                _sift_down(heap, pos, key, p, size, o)
             continue
         if record:
             hit_out[t] = False
@@ -200,42 +214,17 @@ def _simulate(req, sizes, nxt, capacity, policy, k, hit_out):
         if s > capacity:
             continue
         while used + s > capacity:
-            # pop the minimum
+            # pop the minimum: the last leaf takes the root's place and sinks
             v = heap[0]
             pos[v] = -1
             used -= sizes[v]
             size -= 1
             if size > 0:
-                last = heap[size]
-                lk = key[last]
-                p = 0
-                while True:
-                    c = 2 * p + 1
-                    if c >= size:
-                        break
-                    if c + 1 < size and key[heap[c + 1]] < key[heap[c]]:
-                        c += 1
-                    if key[heap[c]] >= lk:
-                        break
-                    heap[p] = heap[c]
-                    pos[heap[p]] = p
-                    p = c
-                heap[p] = last
-                pos[last] = p
-        # insert o
+                _sift_down(heap, pos, key, 0, size, heap[size])
         key[o] = kv
         used += s
-        p = size
         size += 1
-        while p > 0:
-            q = (p - 1) >> 1
-            if key[heap[q]] <= kv:
-                break
-            heap[p] = heap[q]
-            pos[heap[p]] = p
-            p = q
-        heap[p] = o
-        pos[o] = p
+        _sift_up(heap, pos, key, size - 1, o)
     return hits, moved
 
 
