@@ -290,72 +290,31 @@ def _greedy_hold(lo, hi, size, caps):
         if a >= b:
             held += s
             continue
-        # push lazies down to the two boundary leaves
-        for p0 in (a + size_t, b - 1 + size_t):
-            for sh in range(h, 0, -1):
-                q = p0 >> sh
-                if d[q] != 0:
-                    v = d[q]
-                    t[2 * q] += v
-                    t[2 * q + 1] += v
-                    if 2 * q < size_t:
-                        d[2 * q] += v
-                        d[2 * q + 1] += v
-                    d[q] = 0
-        res = inf
-        l = a + size_t
-        r = b + size_t
-        while l < r:
-            if l & 1:
-                res = min(res, t[l])
-                l += 1
-            if r & 1:
-                r -= 1
-                res = min(res, t[r])
-            l >>= 1
-            r >>= 1
-        y = min(s, res)
+        y = min(s, _st_range_min(t, d, a, b, h, size_t))
         held += y
-        if y <= 0:
-            continue
-        l = a + size_t
-        r = b + size_t
-        l0 = l
-        r0 = r - 1
-        while l < r:
-            if l & 1:
-                t[l] -= y
-                if l < size_t:
-                    d[l] -= y
-                l += 1
-            if r & 1:
-                r -= 1
-                t[r] -= y
-                if r < size_t:
-                    d[r] -= y
-            l >>= 1
-            r >>= 1
-        for p0 in (l0, r0):
-            p = p0
-            while p > 1:
-                p >>= 1
-                t[p] = min(t[2 * p], t[2 * p + 1]) + d[p]
+        if y > 0:
+            _st_range_add(t, d, a, b, -y, size_t)
     return held
+
+
+@kernel(pure_max=2000)
+def _st_push_node(t, d, q, size_t):
+    """Hand tree node ``q``'s lazy add down to its two children."""
+    v = d[q]
+    if v != 0:
+        t[2 * q] += v
+        t[2 * q + 1] += v
+        if 2 * q < size_t:
+            d[2 * q] += v
+            d[2 * q + 1] += v
+        d[q] = 0
 
 
 @kernel(pure_max=2000)
 def _st_push(t, d, p, h, size_t):
     """Push the lazy adds on the path from the root down to tree node ``p``."""
     for sh in range(h, 0, -1):
-        q = p >> sh
-        if d[q] != 0:
-            v = d[q]
-            t[2 * q] += v
-            t[2 * q + 1] += v
-            if 2 * q < size_t:
-                d[2 * q] += v
-                d[2 * q + 1] += v
-            d[q] = 0
+        _st_push_node(t, d, p >> sh, size_t)
 
 
 @kernel(pure_max=2000)
@@ -363,6 +322,48 @@ def _st_rebuild(t, d, p):
     while p > 1:
         p >>= 1
         t[p] = min(t[2 * p], t[2 * p + 1]) + d[p]
+
+
+@kernel(pure_max=2000)
+def _st_range_add(t, d, a, b, v, size_t):
+    """Add ``v`` to leaves ``[a, b)`` (lazily) and repair the minima above the range's ends."""
+    l = a + size_t
+    r = b + size_t
+    while l < r:
+        if l & 1:
+            t[l] += v
+            if l < size_t:
+                d[l] += v
+            l += 1
+        if r & 1:
+            r -= 1
+            t[r] += v
+            if r < size_t:
+                d[r] += v
+        l >>= 1
+        r >>= 1
+    _st_rebuild(t, d, a + size_t)
+    _st_rebuild(t, d, b - 1 + size_t)
+
+
+@kernel(pure_max=2000)
+def _st_range_min(t, d, a, b, h, size_t):
+    """Least value over leaves ``[a, b)``."""
+    _st_push(t, d, a + size_t, h, size_t)
+    _st_push(t, d, b - 1 + size_t, h, size_t)
+    res = np.int64(2**62)
+    l = a + size_t
+    r = b + size_t
+    while l < r:
+        if l & 1:
+            res = min(res, t[l])
+            l += 1
+        if r & 1:
+            r -= 1
+            res = min(res, t[r])
+        l >>= 1
+        r >>= 1
+    return res
 
 
 @kernel(pure_max=2000)
@@ -396,26 +397,7 @@ def _dual_points(lo, hi, size, caps):
     best_val = np.int64(0)
     for p in range(n + 1):
         while j < m and hi[j] <= p:
-            v = size[j]
-            l = size_t
-            r = lo[j] + 1 + size_t
-            l0 = l
-            r0 = r - 1
-            while l < r:
-                if l & 1:
-                    t[l] += v
-                    if l < size_t:
-                        d[l] += v
-                    l += 1
-                if r & 1:
-                    r -= 1
-                    t[r] += v
-                    if r < size_t:
-                        d[r] += v
-                l >>= 1
-                r >>= 1
-            _st_rebuild(t, d, l0)
-            _st_rebuild(t, d, r0)
+            _st_range_add(t, d, 0, lo[j] + 1, size[j], size_t)
             j += 1
         # argmin over slots [0, p]
         l = size_t
@@ -447,14 +429,7 @@ def _dual_points(lo, hi, size, caps):
                 best = right[i]
         v = best
         while v < size_t:
-            if d[v] != 0:
-                w = d[v]
-                t[2 * v] += w
-                t[2 * v + 1] += w
-                if 2 * v < size_t:
-                    d[2 * v] += w
-                    d[2 * v + 1] += w
-                d[v] = 0
+            _st_push_node(t, d, v, size_t)
             if t[2 * v] <= t[2 * v + 1]:
                 v = 2 * v
             else:
