@@ -361,29 +361,10 @@ def _dual_bound(trace: RequestTrace, cap: int, points: list) -> int:
         glob = positions[c]
         part = [req[i] for i in glob]
         m = len(part)
-        nxt = [None] * m
-        after: dict = {}
-        for t in range(m - 1, -1, -1):
-            nxt[t] = after.get(part[t])
-            after[part[t]] = t
-        fixed = 0
-        first = set()
-        intervals = []
-        for t, o in enumerate(part):
-            s = sizes[o]
-            if o not in first:
-                first.add(o)
-                fixed += s
-            elif s > cap:
-                fixed += s
-            if nxt[t] is not None and 0 < s <= cap:
-                intervals.append((t, nxt[t], s))
+        fixed, intervals, g = _reuse_intervals(part, sizes, cap)
         total += fixed
         if not intervals:
             continue
-        g = 0
-        for _t, _u, s in intervals:
-            g = math.gcd(g, s)
         # prefix counts of dual points among this cache's requests
         count = [0] * (m + 1)
         dual = 0
@@ -402,6 +383,33 @@ def _dual_bound(trace: RequestTrace, cap: int, points: list) -> int:
     return total
 
 
+def _reuse_intervals(part: list, sizes: list, cap: int) -> tuple[int, list, int]:
+    """What every policy of one cache pays regardless (each object's first request, and every
+    request of an object larger than ``cap``) and the reuse intervals ``(t, u, size)`` between
+    consecutive requests ``t < u`` of an object that fits, with the gcd of their sizes."""
+    nxt = [None] * len(part)
+    after: dict = {}
+    for t in range(len(part) - 1, -1, -1):
+        nxt[t] = after.get(part[t])
+        after[part[t]] = t
+    fixed = 0
+    first = set()
+    intervals = []
+    for t, o in enumerate(part):
+        s = sizes[o]
+        if o not in first:
+            first.add(o)
+            fixed += s
+        elif s > cap:
+            fixed += s
+        if nxt[t] is not None and 0 < s <= cap:
+            intervals.append((t, nxt[t], s))
+    g = 0
+    for _t, _u, s in intervals:
+        g = math.gcd(g, s)
+    return fixed, intervals, g
+
+
 def _scip_lower_bound(trace: RequestTrace, cap: int, time_limit: float) -> int | None:
     """A lower bound on the minimum traffic from SCIP on an independently written interval
     MIP (exact rounding up of its dual bound); ``None`` if SCIP cannot give one whose float
@@ -412,29 +420,10 @@ def _scip_lower_bound(trace: RequestTrace, cap: int, time_limit: float) -> int |
     for part in _per_cache(trace):
         sizes = trace.sizes.tolist()
         n = len(part)
-        nxt = [None] * n
-        last: dict = {}
-        for t in range(n - 1, -1, -1):
-            nxt[t] = last.get(part[t])
-            last[part[t]] = t
-        fixed = 0
-        seen = set()
-        ivs = []   # (t, u, size)
-        for t, o in enumerate(part):
-            s = sizes[o]
-            if o not in seen:
-                seen.add(o)
-                fixed += s
-            elif s > cap:
-                fixed += s
-            if nxt[t] is not None and 0 < s <= cap:
-                ivs.append((t, nxt[t], s))
+        fixed, ivs, g = _reuse_intervals(part, sizes, cap)
         if not ivs:
             total += fixed
             continue
-        g = 0
-        for _t, _u, s in ivs:
-            g = math.gcd(g, s)
         if max(s for _t, _u, s in ivs) // g > 2**40 or sum(s for *_x, s in ivs) // g > 2**50:
             return None
         m = Model()
