@@ -11,6 +11,9 @@ from memopt.cli import main
 from memopt.core import Op, Tensor, TensorGraph
 from memopt.io import load_graph, save_graph
 from memopt.reductions.knapsack import KnapsackInstance, knapsack_optimum
+from memopt.reductions.three_partition import ThreePartitionInstance, partition_to_plan, solve_three_partition, \
+    three_partition_to_remat
+from memopt.remat import check_plan
 from memopt.remat.brute_force import min_extra_cost
 
 from conftest import shared_graph
@@ -119,4 +122,15 @@ def test_reduce_3partition_writes_the_decision_instance(tmp_path, capsys):
     d = run_json(capsys, ["reduce", "3partition", "--numbers", "5,5,6,5,5,6", "--cap", "1", "-o", str(out),
                           "--json"])
     g = load_graph(out)
-    assert d["memory_limit"] == 2 * 16 and d["cost_budget"] == 6 and g.num_ops == d["ops"]
+    # m = 2, B = 16, A = 32, k = 1: N = 2 humps, T = 14 clocks of A + 1 = 33 bytes, M = 14 * 33 + 32
+    assert d["memory_limit"] == 494 and d["cost_budget"] == 6 and d["cap"] == 1 and g.num_ops == d["ops"] == 20
+    # the written instance is a yes-instance: the plan of the partition meets limit and budget on it
+    inst = ThreePartitionInstance((5, 5, 6, 5, 5, 6))
+    red = three_partition_to_remat(inst, cap=1)
+    steps = partition_to_plan(inst, red, solve_three_partition(inst)).to_doc(red.graph)
+    assert check_plan(g, steps, cap=1) == (d["memory_limit"], d["cost_budget"])
+    # the variant without graph inputs: one more op, same limit and budget
+    d2 = run_json(capsys, ["reduce", "3partition", "--numbers", "5,5,6,5,5,6", "--clocks", "source", "-o",
+                           str(out), "--json"])
+    assert d2["clocks"] == "source" and d2["ops"] == 21 and load_graph(out).num_ops == 21
+    assert (d2["memory_limit"], d2["cost_budget"]) == (d["memory_limit"], d["cost_budget"])

@@ -1,5 +1,6 @@
 """Reductions: knapsack <-> capped recomputation (value-preserving, series-parallel) and
-3-PARTITION -> capped recomputation (cap 1), checked against brute force on both sides."""
+3-PARTITION -> capped recomputation (every cap k >= 1, forests), checked against exact
+solvers on both sides (brute force; CP-SAT where brute force is too slow)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,14 @@ import networkx as nx
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from memopt.errors import OptionError
+import memopt
+from memopt.errors import OptionError, ScheduleError
 from memopt.reductions import op_adjacency, treewidth_at_most_two
 from memopt.reductions.knapsack import (KnapsackInstance, knapsack_optimum, knapsack_to_remat, packing_to_plan,
                                         plan_to_packing)
-from memopt.reductions.three_partition import (ThreePartitionInstance, partition_to_plan, solve_three_partition,
-                                               three_partition_to_remat)
-from memopt.remat import check_plan, evaluate_plan
+from memopt.reductions.three_partition import (ThreePartitionInstance, partition_to_plan, plan_to_partition,
+                                               solve_three_partition, three_partition_to_remat)
+from memopt.remat import RematPlan, check_plan, evaluate_plan
 from memopt.remat.brute_force import min_extra_cost, min_peak
 
 
@@ -144,11 +146,11 @@ def _fits(numbers) -> bool:
 
 
 @st.composite
-def three_partitions(draw, m_max=2):
+def three_partitions(draw, m_min=1, m_max=2):
     """Valid 3-PARTITION instances without filtering: a random multiset whose last number is
     forced to make the total m*B (often a no-instance), or, when that number falls outside
     (B/4, B/2), a planted yes-instance built triple by triple."""
-    m = draw(st.integers(1, m_max))
+    m = draw(st.integers(m_min, m_max))
     B = draw(st.integers(7, 16))
     lo, hi = B // 4 + 1, (B - 1) // 2
     nums = [draw(st.integers(lo, hi)) for _ in range(3 * m - 1)]
@@ -175,68 +177,221 @@ def _brute_three_partition(inst) -> bool:
     return False
 
 
-# yes and no instances with m = 2 (the brute force on the recomputation side is exhaustive)
+def _is_partition(inst, triples) -> bool:
+    return (sorted(itertools.chain.from_iterable(triples)) == list(range(len(inst.numbers)))
+            and all(len(t) == 3 and sum(inst.numbers[j] for j in t) == inst.target for t in triples))
+
+
+def _decide_exactly(red, time_limit=300.0):
+    """(least extra cost or None, plan) of the decision instance by CP-SAT; the test fails if
+    CP-SAT neither finds an optimum nor proves infeasibility in the time."""
+    r = memopt.remat(red.graph, memory_limit=red.memory_limit, cap=red.cap, method="cpsat", time_limit=time_limit)
+    assert r.status in ("optimal", "infeasible"), f"CP-SAT did not decide the instance: {r.status}"
+    return (r.extra_cost, r.plan) if r.status == "optimal" else (None, None)
+
+
+def _first_runs_follow_the_epochs(red, plan) -> bool:
+    """Lemma 1 of the proof, observed on a plan: first runs of round ops and humps come epoch by epoch."""
+    g = red.graph
+    first = {}
+    for i, (kind, x) in enumerate(zip(plan.kind.tolist(), plan.index.tolist())):
+        if kind == 0:
+            first.setdefault(g.op_names[x], i)
+    spans = []
+    for kind, what in red.epochs:
+        names = what if kind == "round" else (what,)
+        spans.append((min(first[v] for v in names), max(first[v] for v in names)))
+    return all(a[1] < b[0] for a, b in zip(spans, spans[1:]))
+
+
+# m = 2 yes and no instances (B = 19 and 20)
 FIXED = [((6, 6, 6, 6, 7, 9), False), ((6, 6, 6, 7, 7, 8), True), ((8, 8, 8, 12, 12, 12), False)]
 
 
-@pytest.mark.parametrize("numbers,answer", FIXED)
-def test_three_partition_reduction_yes_and_no(numbers, answer):
-    inst = ThreePartitionInstance(numbers)
-    assert (solve_three_partition(inst) is not None) == _brute_three_partition(inst) == answer
-    red = three_partition_to_remat(inst, cap=1)
-    cost, plan = min_extra_cost(red.graph, red.memory_limit, red.cap)
-    assert (cost is not None and cost <= red.cost_budget) == answer
-    if answer:
-        assert cost == red.cost_budget
-        assert check_plan(red.graph, plan, cap=red.cap)[0] <= red.memory_limit
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("numbers,answer", FIXED[:2])
-def test_three_partition_reduction_cap_two(numbers, answer):
-    """The private humps at work: with k = 2 the answer is kept both ways (about 5 s each)."""
-    inst = ThreePartitionInstance(numbers)
-    red = three_partition_to_remat(inst, cap=2)
-    cost, plan = min_extra_cost(red.graph, red.memory_limit, 2)
-    assert (cost is not None and cost <= red.cost_budget) == answer
-    if answer:
-        assert check_plan(red.graph, plan, cap=2) == (red.memory_limit, red.cost_budget)
-
-
-@settings(max_examples=3)
-@given(three_partitions(m_max=2))
-def test_three_partition_reduction_random(inst):
-    answer = _brute_three_partition(inst)
-    assert (solve_three_partition(inst) is not None) == answer
-    red = three_partition_to_remat(inst, cap=1)
-    cost, _ = min_extra_cost(red.graph, red.memory_limit, red.cap)
-    assert (cost is not None and cost <= red.cost_budget) == answer
-
-
 @pytest.mark.parametrize("k", [1, 2, 3])
-def test_private_humps_use_up_the_cap(k):
-    """m = 1: always a yes-instance; the optimum uses exactly k re-runs per item, and the
-    same graph under cap k - 1 has no plan within the limit."""
+def test_three_partition_smallest_instances_by_brute_force(k):
+    """m = 1 (always a yes-instance), brute force on the recomputation side: the optimum is
+    exactly k re-runs per item (the budget), it maps back to the triple, and the same graph
+    under cap k - 1 has no plan within the limit (the burns use up the cap)."""
     inst = ThreePartitionInstance((3, 3, 4))
     red = three_partition_to_remat(inst, cap=k)
     cost, plan = min_extra_cost(red.graph, red.memory_limit, k)
     assert cost == red.cost_budget == 3 * k
     assert check_plan(red.graph, plan, cap=k) == (red.memory_limit, 3 * k)
+    assert _first_runs_follow_the_epochs(red, plan)
+    assert plan_to_partition(inst, red, plan) == [[0, 1, 2]]
     assert min_extra_cost(red.graph, red.memory_limit, k - 1) == (None, None)
 
 
-@settings(max_examples=20)
+@settings(max_examples=6)
+@given(three_partitions(m_max=1), st.integers(1, 3))
+def test_three_partition_random_single_triples_by_brute_force(inst, k):
+    red = three_partition_to_remat(inst, cap=k)
+    cost, plan = min_extra_cost(red.graph, red.memory_limit, k)
+    assert cost == red.cost_budget
+    assert _is_partition(inst, plan_to_partition(inst, red, plan))
+
+
+@pytest.mark.parametrize("numbers,answer", FIXED)
+def test_three_partition_reduction_yes_and_no(numbers, answer):
+    """m = 2, cap 1, decided by CP-SAT (brute force is too slow at 20 ops)."""
+    inst = ThreePartitionInstance(numbers)
+    assert (solve_three_partition(inst) is not None) == _brute_three_partition(inst) == answer
+    red = three_partition_to_remat(inst, cap=1)
+    cost, plan = _decide_exactly(red)
+    assert (cost is not None and cost <= red.cost_budget) == answer
+    if answer:
+        # every plan within the limit costs exactly the budget (n_j = k for every item)
+        assert cost == red.cost_budget
+        assert check_plan(red.graph, plan, cap=1)[0] <= red.memory_limit
+        assert _first_runs_follow_the_epochs(red, plan)
+        assert _is_partition(inst, plan_to_partition(inst, red, plan))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("k", [2, 3])
+def test_three_partition_no_instance_stays_no_for_larger_caps(k):
+    """The burns at work: with k = 2, 3 a no-instance has no plan within the limit (CP-SAT
+    proves it; about a minute for k = 2 on two cores, several for k = 3), while a
+    yes-instance's plan from its partition meets limit and budget exactly."""
+    red = three_partition_to_remat(ThreePartitionInstance((6, 6, 6, 6, 7, 9)), cap=k)
+    assert _decide_exactly(red, time_limit=900.0) == (None, None)
+    yes = ThreePartitionInstance((6, 6, 6, 7, 7, 8))
+    red = three_partition_to_remat(yes, cap=k)
+    plan = partition_to_plan(yes, red, solve_three_partition(yes))
+    assert check_plan(red.graph, plan, cap=k) == (red.memory_limit, red.cost_budget)
+
+
+@settings(max_examples=2)
+@given(three_partitions(m_min=2, m_max=2))
+def test_three_partition_reduction_random(inst):
+    answer = _brute_three_partition(inst)
+    assert (solve_three_partition(inst) is not None) == answer
+    red = three_partition_to_remat(inst, cap=1)
+    cost, plan = _decide_exactly(red)
+    assert (cost is not None and cost <= red.cost_budget) == answer
+    if answer:
+        assert _is_partition(inst, plan_to_partition(inst, red, plan))
+
+
+def _incidence_graph(g) -> nx.Graph:
+    """Ops and tensors as vertices, an edge for every read and every write."""
+    G = nx.Graph()
+    G.add_nodes_from(("op", v) for v in range(g.num_ops))
+    G.add_nodes_from(("t", t) for t in range(g.num_tensors))
+    for v in range(g.num_ops):
+        G.add_edges_from((("op", v), ("t", int(t))) for t in g.inputs_of(v))
+        G.add_edges_from((("op", v), ("t", int(t))) for t in g.outputs_of(v))
+    return G
+
+
+@settings(max_examples=25)
 @given(three_partitions(m_max=5), st.integers(1, 3))
-def test_three_partition_solutions_map_to_plans(inst, k):
+def test_three_partition_instances_are_forests_of_stated_size(inst, k):
     sol = solve_three_partition(inst)
     red = three_partition_to_remat(inst, cap=k)
     g = red.graph
-    m = inst.m
-    assert red.cap == k and red.memory_limit == m * inst.target and red.cost_budget == 3 * m * k
-    assert g.num_ops == (5 + 6 * (k - 1)) * m + 1 == g.num_tensors
-    assert max(int(s) for s in g.tensor_size) < inst.target and max(int(w) for w in g.op_workspace) == inst.target
+    m, B, A = inst.m, inst.target, sum(inst.numbers)
+    N = m + k - 1
+    assert red.cap == k and red.cost_budget == 3 * m * k
+    assert red.memory_limit == N * (3 * m + 1) * (A + 1) + A
+    # size: polynomial in the unary size m + B of the source
+    assert g.num_ops == 3 * m * (N + 1) + N == g.num_tensors
+    assert max(max(int(s) for s in g.tensor_size), max(int(w) for w in g.op_workspace)) <= red.memory_limit
+    assert red.memory_limit <= (m + k) * (3 * m + 1) * (m * B + 1)
+    # treewidth <= 2 exactly (series-parallel reduction), and in fact forests
+    adj = op_adjacency(g)
+    assert treewidth_at_most_two(adj)
+    op_graph = nx.Graph()
+    op_graph.add_nodes_from(adj)
+    op_graph.add_edges_from((u, v) for u in adj for v in adj[u])
+    assert nx.is_forest(op_graph)
+    assert nx.is_forest(_incidence_graph(g))
+    assert [kind for kind, _ in red.epochs] == ["round", "burn"] * (k - 1) + ["round", "hump"] * m
     if sol is not None:
-        assert check_plan(g, partition_to_plan(inst, red, sol), cap=k) == (red.memory_limit, 3 * m * k)
+        plan = partition_to_plan(inst, red, sol)
+        assert check_plan(g, plan, cap=k) == (red.memory_limit, 3 * m * k)
+        assert plan_to_partition(inst, red, plan) == [sorted(t) for t in sol]
+
+
+@settings(max_examples=25)
+@given(three_partitions(m_max=5), st.integers(1, 3))
+def test_three_partition_source_clocks_have_treewidth_two_and_no_inputs(inst, k):
+    sol = solve_three_partition(inst)
+    red = three_partition_to_remat(inst, cap=k, clocks="source")
+    g = red.graph
+    m, N = inst.m, inst.m + k - 1
+    assert g.num_ops == 3 * m * (N + 1) + N + 1 and g.num_tensors == 3 * m * (N + 1) + N
+    assert all(int(p) >= 0 for p in g.tensor_producer)  # no graph input
+    assert g.op_cost[g.op_index["start"]] == red.cost_budget + 1
+    adj = op_adjacency(g)
+    assert treewidth_at_most_two(adj)
+    op_graph = nx.Graph()
+    op_graph.add_nodes_from(adj)
+    op_graph.add_edges_from((u, v) for u in adj for v in adj[u])
+    assert nx.is_forest(op_graph) == (N == 1)  # a cycle through start and item0 once N >= 2
+    assert treewidth_at_most_two({v: set(G) for v, G in _incidence_graph(g).adjacency()})
+    if sol is not None:
+        plan = partition_to_plan(inst, red, sol)
+        assert check_plan(g, plan, cap=k) == (red.memory_limit, red.cost_budget)
+        assert plan_to_partition(inst, red, plan) == [sorted(t) for t in sol]
+
+
+def test_three_partition_source_clocks_smallest_by_brute_force():
+    inst = ThreePartitionInstance((3, 3, 4))
+    red = three_partition_to_remat(inst, cap=1, clocks="source")
+    cost, plan = min_extra_cost(red.graph, red.memory_limit, 1)
+    assert cost == red.cost_budget == 3
+    assert plan_to_partition(inst, red, plan) == [[0, 1, 2]]
+    assert min_extra_cost(red.graph, red.memory_limit, 0) == (None, None)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("numbers,answer", FIXED[:2])
+def test_three_partition_source_clocks_yes_and_no(numbers, answer):
+    """m = 2, global cap 1. Plans within the budget never re-run `start` (it costs more than
+    the budget), so the decision is the same under the caps start: 0, others: 1, which CP-SAT
+    decides (about 40 s each on two cores)."""
+    inst = ThreePartitionInstance(numbers)
+    red = three_partition_to_remat(inst, cap=1, clocks="source")
+    caps = {v: (0 if v == "start" else 1) for v in red.graph.op_names}
+    r = memopt.remat(red.graph, memory_limit=red.memory_limit, cap=caps, method="cpsat", time_limit=600.0)
+    assert r.status == ("optimal" if answer else "infeasible")
+    if answer:
+        assert r.extra_cost == red.cost_budget
+        assert check_plan(red.graph, r.plan, cap=1) == (red.memory_limit, red.cost_budget)
+        assert _is_partition(inst, plan_to_partition(inst, red, r.plan))
+
+
+def test_plan_to_partition_rejects_plans_that_prove_nothing():
+    inst = ThreePartitionInstance((6, 6, 6, 7, 7, 8))
+    red = three_partition_to_remat(inst, cap=1)
+    g = red.graph
+    # the no-recomputation plan is valid but exceeds the limit at the first hump
+    steps = [{"run": f"item{j}"} for j in range(6)]
+    for kind, what in red.epochs:
+        for v in (what if kind == "round" else (what,)):
+            steps += [{"run": v}, {"free": f"clock.{v}"}]
+    plan = RematPlan.from_steps(g, steps)
+    peak = evaluate_plan(g, plan, cap=1)[0]
+    assert peak > red.memory_limit
+    with pytest.raises(OptionError, match="memory limit"):
+        plan_to_partition(inst, red, plan)
+    # a plan breaking the cap is invalid under the instance's cap
+    forward = partition_to_plan(inst, red, solve_three_partition(inst))
+    extra = RematPlan.from_pairs(list(zip(forward.kind.tolist(), forward.index.tolist()))
+                                 + [(1, g.tensor_index["x0"]), (0, g.op_index["item0"])])
+    with pytest.raises(ScheduleError):
+        plan_to_partition(inst, red, extra)
+    # with clocks="source" a plan re-running start is within the limit but over the budget
+    red = three_partition_to_remat(inst, cap=1, clocks="source")
+    g = red.graph
+    forward = partition_to_plan(inst, red, solve_three_partition(inst))
+    again = RematPlan.from_pairs(list(zip(forward.kind.tolist(), forward.index.tolist())) + [(0, g.op_index["start"])])
+    peak, cost = check_plan(g, again, cap=1)
+    assert peak <= red.memory_limit and cost > red.cost_budget
+    with pytest.raises(OptionError, match="budget"):
+        plan_to_partition(inst, red, again)
 
 
 def test_three_partition_scope_is_stated():
@@ -244,8 +399,10 @@ def test_three_partition_scope_is_stated():
     for bad_cap in (0, -1, 1.0, True):
         with pytest.raises(OptionError):
             three_partition_to_remat(inst, cap=bad_cap)
-    # the honest limitation: this construction is not of treewidth <= 2 (item x check is a K_{3m, m+1})
-    assert not treewidth_at_most_two(op_adjacency(three_partition_to_remat(inst).graph))
+    with pytest.raises(OptionError):
+        partition_to_plan(inst, three_partition_to_remat(inst), [[0, 1, 2]])
+    with pytest.raises(OptionError):
+        three_partition_to_remat(inst, clocks="nope")
     for bad in ((1, 2), (1, 1, 2), (2, 2, 8), (3, 3, 3, 3, 3, 4)):
         with pytest.raises(OptionError):
             ThreePartitionInstance(bad)

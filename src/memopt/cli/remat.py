@@ -73,6 +73,9 @@ def register(sub) -> None:
                                     "(proofs/remat_np_hardness.md).")
     t.add_argument("--numbers", required=True, metavar="A1,A2,...", help="3m positive integers")
     t.add_argument("--cap", type=int, default=1, metavar="K", help="recomputation cap k >= 1 (default 1)")
+    t.add_argument("--clocks", choices=("inputs", "source"), default="inputs",
+                   help="clocks as graph inputs (a forest, default) or written by one op 'start' "
+                        "(no graph inputs, treewidth 2)")
     t.add_argument("-o", "--output", required=True, metavar="GRAPH", help="write the memopt-graph JSON here")
     t.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
     t.set_defaults(func=cmd_reduce_3partition)
@@ -210,9 +213,10 @@ def cmd_reduce_3partition(args) -> int:
     numbers = _int_list(args.numbers, "--numbers")
     opt.integer(args.cap, "--cap", low=1, high=64)
     opt.not_an_input({"-o/--output": args.output}, [])
-    red = three_partition_to_remat(ThreePartitionInstance(tuple(numbers)), cap=args.cap)
+    red = three_partition_to_remat(ThreePartitionInstance(tuple(numbers)), cap=args.cap, clocks=args.clocks)
     return _write_reduction(args, red.graph, {"source": "3partition", "memory_limit": red.memory_limit,
                                               "cost_budget": red.cost_budget, "cap": red.cap,
+                                              "clocks": args.clocks,
                                               "meaning": "a plan with peak <= memory_limit and extra cost <= "
                                                          "cost_budget exists iff the numbers 3-partition"})
 

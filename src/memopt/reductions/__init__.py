@@ -2,11 +2,13 @@
 
 * :mod:`memopt.reductions.knapsack` — 0/1 knapsack <-> capped recomputation on a
   series-parallel graph, value-preserving both ways (``proofs/remat_knapsack.md``);
-* :mod:`memopt.reductions.three_partition` — 3-PARTITION -> the decision version with cap
-  ``k = 1`` (strong NP-hardness; ``proofs/remat_np_hardness.md``).
+* :mod:`memopt.reductions.three_partition` — 3-PARTITION -> the decision version for every
+  fixed global cap ``k >= 1``, on graphs that are forests (treewidth 1 <= 2); strong
+  NP-hardness, with the back-map plan -> 3-partition (``proofs/remat_np_hardness.md``).
 
-Each comes with a small exact solver of its source problem; the recomputation side is
-solved by :mod:`memopt.remat.brute_force`. Nothing here is in a public solver list.
+Each comes with a small exact solver of its source problem; the tests solve the
+recomputation side with :mod:`memopt.remat.brute_force` (and CP-SAT where brute force is too
+slow). Nothing here is in a public solver list.
 
 :func:`treewidth_at_most_two` decides exactly whether the undirected graph underlying a
 tensor graph's op dependencies (one edge per producer-consumer pair) has treewidth <= 2.
