@@ -71,7 +71,7 @@ from __future__ import annotations
 import heapq
 import itertools
 
-from memopt.core.tensor_graph import TensorGraph
+from memopt.core.tensor_graph import Op, Tensor, TensorGraph
 from memopt.errors import OptionError, require
 from memopt.remat.plan import FREE, RUN, RematPlan, exact_costs, plan_from_order, evaluate_plan, resolve_caps
 
@@ -224,3 +224,24 @@ def min_peak(graph: TensorGraph, cost_budget, cap=1, *, max_states: int = DEFAUL
         best = (c, plan)
     c, plan = best
     return evaluate_plan(graph, plan).peak, c, plan
+
+
+def random_sp_graph(rng, n_ops: int, max_size: int = 12) -> TensorGraph:
+    """A random two-terminal series-parallel op graph for the recomputation tests and
+    benchmarks (the shape from :func:`memopt.schedule.brute_force.random_sp_edges`): one
+    tensor per edge of size ``[0, max_size)``, a graph output on every sink, integer costs
+    1-9."""
+    from memopt.schedule.brute_force import random_sp_edges
+
+    edges, n = random_sp_edges(rng, n_ops)
+    tensors, ins, outs = [], [[] for _ in range(n)], [[] for _ in range(n)]
+    for i, (u, w) in enumerate(edges):
+        tensors.append(Tensor(f"e{i}", int(rng.integers(0, max_size))))
+        outs[u].append(f"e{i}")
+        ins[w].append(f"e{i}")
+    for v in range(n):
+        if not outs[v]:
+            tensors.append(Tensor(f"o{v}", int(rng.integers(0, max_size)), output=True))
+            outs[v].append(f"o{v}")
+    ops = [Op(f"op{v}", tuple(ins[v]), tuple(outs[v]), cost=float(rng.integers(1, 10))) for v in range(n)]
+    return TensorGraph.build(tensors, ops)

@@ -14,14 +14,15 @@ numbers written in unary) for fixed treewidth and cap exists unless P = NP; any 
 exponential in something more. This module does **not** implement a DP over an arbitrary
 tree decomposition: after weighing it (the memory at every moment is a sum over the whole
 graph, so a bag-local DP has to carry a whole memory *profile*, exponential in the plan
-length) we chose a DP whose exponential part is explicit and measurable, the *frontier*:
+length) we chose a DP whose exponential part is explicit and measurable, the *frontier*, searched
+in A* order (below):
 
 * **State.** ``(live, count)``: the set of live tensors and, per op, ``0`` (not run yet),
   ``1..k`` (ran that many times and may still usefully run again: *open*) or ``CLOSED``
   (ran, and will provably never need to run again). The ops that ran form an *ideal*
   (down-set) of the op DAG, because first runs follow a topological order.
 * **Value.** The least extra cost of reaching the state within the memory limit
-  (Dijkstra over the state graph, exact integers / Fractions).
+  (a shortest-path search over the state graph, exact integers / Fractions).
 * **Transition.** Run one op ``v`` (inputs live, cap not reached, no positive-size output
   live, memory ``resident + live + out(v) + w(v) <= M``); size-0 outputs still live are
   freed just before; after the run, every tensor that is *not potential* (no future run
@@ -38,35 +39,69 @@ length) we chose a DP whose exponential part is explicit and measurable, the *fr
   that has not run yet, or a graph output, is no longer available is a dead end and is
   dropped.
 
+Search order: A* (proofs/remat_treedp.md, Lemma 4 and Theorem 1)
+-----------------------------------------------------------------
+States are popped by ``extra cost so far + h``, where ``h`` (:meth:`_Instance.rerun_bound`)
+is the total cost of a set of ops each of which must run again in every completion of a
+*normal-form* plan: the producer of every tensor that is not live but still needed, the one
+consumer that can still re-run of every live tensor nobody still to run reads (a normal-form
+plan frees a tensor right after its last read, so keeping one announces another read), and,
+closing the set, the producers of the missing inputs of those ops. Some optimal plan is in
+normal form, so ``h`` never overestimates along it and A* (with re-opening) returns the
+optimum. Plain Dijkstra (``use_astar=False``) gives the same optimum with more states. The
+bound is what makes the search practical: an early free of a still-needed tensor and a kept
+tensor are charged at once instead of when the re-run happens, so the search no longer
+enumerates every keep/free combination at extra cost 0.
+
+Example: a cheap early value ``a`` read again at the end; under 15 bytes it must be
+recomputed (cost 1):
+
+>>> from memopt.core import Op, Tensor, TensorGraph
+>>> g = TensorGraph.build(
+...     tensors=[Tensor("a", 10), Tensor("b", 4), Tensor("c", 4), Tensor("d", 4), Tensor("z", 1, output=True)],
+...     ops=[Op("A", (), ("a",), cost=1), Op("B", ("a",), ("b",), cost=5), Op("C", ("b",), ("c",), cost=5),
+...          Op("D", ("c",), ("d",), cost=5), Op("Z", ("a", "d"), ("z",), cost=5)])
+>>> r = min_extra_cost(g, 15, cap=1)
+>>> r.status, r.extra_cost, r.peak
+('optimal', 1, 15)
+
 Running time
 ------------
-Let ``S`` be the number of reachable states (within the limit), ``d`` the largest number of
-positive-size tensors an op touches, ``E`` the number of (op, tensor) incidences. Each state
-is expanded once: at most ``n`` ops to run, ``2^d`` free subsets each, each successor settled
-by one forward and one backward pass, ``O(n + T + E)`` (bit masks of ``T`` bits). So the time
-is ``O(S · n · 2^d · (n + T + E) + S log S)`` and memory ``O(S · (n + T))``. ``S`` is at most
+Let ``S`` be the number of states expanded, ``d`` the largest number of positive-size
+tensors an op touches, ``E`` the number of (op, tensor) incidences. Each expansion tries at
+most ``n`` ops and ``2^d`` free subsets each, and settles every successor by one forward and
+one backward pass and the bound, ``O(n + T + E)`` (bit masks of ``T`` bits); so the time is
+``O(S · n · 2^d · (n + T + E) + S log S)`` and the memory ``O(S · (n + T))``. A* expands
+only states whose key is at most the optimum ``OPT`` (a state is re-expanded only when it is
+reached again with a smaller extra cost, at most once per distinct extra-cost value
+``<= OPT``). The reachable states are at most
 
-    #ideals(G) · (k + 1)^{#open ops} · 2^{#potential tensors}
+    #ideals(G) · (k + 1)^{#open ops} · #live sets per (ideal, run counts),
 
-maximised over the reachable frontiers, where ``#ideals(G) <= (n / W + 1)^W`` for an op
-DAG of width ``W`` (largest antichain; Dilworth). So the DP is **exponential in the width
-W, in the number of ops that are open at once (ran, could usefully re-run) and in the
-number of tensors that are potentially needed at once** — not in ``n`` for graphs whose
-frontier stays small (chains, narrow series-parallel graphs, tight memory limits that rule
-out holding many tensors). With cap 0 no op is ever open and the live set is forced by the
-ideal, so the DP *is* the ideal-lattice DP of the scheduling core: ``S <= #ideals``.
+maximised over the reachable frontiers, with ``#ideals(G) <= (n / W + 1)^W`` for an op DAG
+of width ``W`` (largest antichain; Dilworth). Plain Dijkstra counts ``2^{#potential
+tensors}`` live sets; under A*, when every tensor has one consumer (the series-parallel
+graphs of the benchmark) and op costs are at least ``c_min > 0``, a state with key ``<= OPT``
+differs from the live set forced by its ideal only in tensors charged to at most
+``q = floor(OPT / c_min)`` ops, so at most ``sum_{i <= q} C(n, i) 2^{i d}`` live sets. So the
+DP is **exponential in the width W, in the number of open ops, and in the number q of
+re-runs an optimal plan can afford** (Dijkstra: in the number of potentially needed
+tensors) — not in the treewidth, which the strong NP-hardness at treewidth 2 rules out as the
+only parameter. With cap 0 no op is ever open and the live set is forced by the ideal, so
+the DP *is* the ideal-lattice DP of the scheduling core: ``S <= #ideals``.
 
-Where it stands (benchmarks/remat_treedp.py, this 2-core machine, pure Python, a few
-thousand to ~10 000 states per second): random series-parallel graphs of 8-12 ops with
-cap 2 at 0.9 / 0.8 of the no-recomputation optimum are solved or proved infeasible in
-seconds, in 1-8x fewer states than the exhaustive search :mod:`memopt.remat.brute_force`
-but at a higher cost per state (same order of wall-clock time, sometimes slower);
-on random series-parallel graphs of **60 ops with cap 2 the issue's target (exact in under
-10 s) is not met**: about half of those limits are proved infeasible at once by
-:mod:`memopt.remat.lower_bounds`, the others hit the time limit. With cap 0 it is the
-ideal-lattice DP and finds the scheduling optimum.
+Where it stands (benchmarks/remat_treedp.py, cap 2, limits 0.9 and 0.8 of the proven
+no-recomputation optimum, 10 s per instance, this 2-core machine under heavy load, pure
+Python; details in proofs/remat_treedp.md §4): on random series-parallel graphs of 14 / 20
+/ 30 ops the DP proves 5/5, 5/7 and 7/10 of the limits the lower bound does not settle
+(CP-SAT: 3/5, 3/7, 3/10; Dijkstra without the bound: none), and where both prove it is
+faster on 8 of 9. On **60 ops the issue's target (exact in under 10 s) is not met**: half
+the limits are proved infeasible at once by :mod:`memopt.remat.lower_bounds`, the others
+exhaust the time limit (as CP-SAT does). The blow-up left is the number of (ideal, live
+set) pairs whose charged re-runs stay under the optimum, i.e. ``q`` above; the bound only
+sees re-runs the state already forces, not the memory pressure still ahead.
 
-Not a public solver (no registry entry here); the solvers' owner may register it.
+Registered as the exact method ``treedp`` of :mod:`memopt.remat.registry` (:func:`treedp_method`).
 """
 
 from __future__ import annotations
@@ -145,6 +180,11 @@ class _Instance:
             for t in self.outs[v]:
                 self.outcons[v] |= self.cons_mask[t]
                 self.makes_output[v] = self.makes_output[v] or self.output[t]
+        self.output_mask = sum(1 << t for t in range(T) if self.output[t])
+        # positive-size, non-output, non-resident: the tensors a normal-form plan frees right
+        # after their last read (C5), so that keeping one announces a later read
+        self.keepable_mask = sum(1 << t for t in range(T)
+                                 if self.size[t] > 0 and not self.output[t] and not self.resident[t])
 
     def live_bytes(self, mask: int) -> int:
         total, size = 0, self.size
@@ -162,6 +202,8 @@ class _Instance:
         avail = live | self.resident_mask
         avail_op = [False] * self.n
         for v in self.topo:
+            if count[v] == CLOSED:
+                continue  # makes nothing available and is never useful: skip both passes
             need = in_all[v]
             if avail & need == need:
                 avail_op[v] = True
@@ -220,11 +262,64 @@ class _Instance:
             low = m & -m
             freed.append(low.bit_length() - 1)
             m ^= low
-        return live & ~drop, tuple(count), freed
+        live &= ~drop
+        return live, tuple(count), freed, self.rerun_bound(live, count)
+
+    def rerun_bound(self, live: int, count) -> object:
+        """A lower bound on the extra cost still to pay from a settled state
+        (proofs/remat_treedp.md, Lemma 4): the total cost of a set ``F`` of ops each of which
+        must run again in every normal-form completion. Seeds: the producer of a tensor that
+        is not live but still needed (a graph output, or read by an op that has not run); the
+        one consumer that can still re-run of a live tensor that nobody still to run reads
+        and that is not a graph output (a normal-form plan reads it again). Closure: an op of
+        ``F`` re-runs, so the producers of its inputs that are not live re-run too."""
+        n, limit, in_all, out_mask, producer = self.n, self.limit, self.in_all, self.out_mask, self.producer
+        unrun_reads = 0  # tensors read by an op that has not run yet
+        ran_outs = 0  # tensors made by an op that has run
+        rerunnable = 0  # ops that ran and may still run again
+        for v in range(n):
+            k = count[v]
+            if k == 0:
+                unrun_reads |= in_all[v]
+            else:
+                ran_outs |= out_mask[v]
+                if k != CLOSED and k < limit[v]:
+                    rerunnable |= 1 << v
+        avail = live | self.resident_mask
+        stack = []
+        missing = ran_outs & ~avail & (self.output_mask | unrun_reads)
+        while missing:
+            low = missing & -missing
+            stack.append(producer[low.bit_length() - 1])
+            missing ^= low
+        kept = live & self.keepable_mask & ~unrun_reads
+        cons_mask = self.cons_mask
+        while kept:
+            low = kept & -kept
+            kept ^= low
+            cand = cons_mask[low.bit_length() - 1] & rerunnable
+            if cand and cand & (cand - 1) == 0:
+                stack.append(cand.bit_length() - 1)
+        seen, bound, cost = 0, 0, self.cost
+        while stack:
+            u = stack.pop()
+            if seen >> u & 1:
+                continue
+            seen |= 1 << u
+            bound += cost[u]
+            gone = in_all[u] & ~avail
+            while gone:
+                low = gone & -gone
+                gone ^= low
+                p = producer[low.bit_length() - 1]
+                if p >= 0:
+                    stack.append(p)
+        return bound
 
 
 def min_extra_cost(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit: float | None = None,
-                   max_states: int | None = None, verify: bool = True, use_bound: bool = True) -> TreeDPResult:
+                   max_states: int | None = None, verify: bool = True, use_bound: bool = True,
+                   use_astar: bool = True) -> TreeDPResult:
     """The least extra cost of a plan with peak ``<= memory_limit`` within the caps.
 
     Returns a :class:`TreeDPResult`; ``status == "optimal"`` with a plan that passed the
@@ -233,6 +328,8 @@ def min_extra_cost(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit: 
     states ran out first (never raises on a hard instance). ``use_bound``: answer
     ``infeasible`` at once when :func:`memopt.remat.lower_bounds.peak_lower_bound` (without
     trap cuts) exceeds the limit (the tests turn it off to exercise the search alone).
+    ``use_astar``: order the search by extra cost + :meth:`_Instance.rerun_bound` (A*);
+    ``False`` is plain Dijkstra (the same optimum, more states: for comparison).
     """
     if isinstance(memory_limit, bool) or not isinstance(memory_limit, int):
         raise OptionError(f"memory limit must be an integer number of bytes, got {memory_limit!r}")
@@ -249,17 +346,20 @@ def min_extra_cost(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit: 
     first = inst.settle(start_live, [0] * n)
     if first is None:
         return TreeDPResult("infeasible", None, None, None, 0)
-    live0, count0, start_free = first
+    live0, count0, start_free, h0 = first
     start = (live0, count0)
     best = {start: 0}
     parent: dict = {start: None}
     tie = itertools.count()
-    heap = [(0, next(tie), start)]
+    # A*: key = extra cost so far + admissible bound on what is left (Lemma 4)
+    # ties on the key go to the state with more runs behind it (deeper, closer to a goal):
+    # with many states at key OPT this finds the goal without sweeping the whole layer
+    heap = [(h0 if use_astar else 0, 0, next(tie), 0, start)]
     expanded = 0
     limit, need, pos_out, out_mask, run_mem = inst.limit, inst.need, inst.pos_out, inst.out_mask, inst.run_mem
     zero_out, cost, touch = inst.zero_out, inst.cost, inst.touch
     while heap:
-        c, _, state = heapq.heappop(heap)
+        _, depth, _, c, state = heapq.heappop(heap)
         if best[state] != c:
             continue
         live, count = state
@@ -286,7 +386,7 @@ def min_extra_cost(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit: 
             settled = inst.settle(after, ncount)
             if settled is None:
                 continue
-            nlive, ncount_t, auto = settled
+            nlive, ncount_t, auto, h1 = settled
             nc = c + cost[v] if k else c
             optional = [t for t in touch[v] if nlive >> t & 1]
             for r in range(len(optional) + 1):
@@ -300,15 +400,15 @@ def min_extra_cost(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit: 
                         again = inst.settle(flive, list(ncount_t))
                         if again is None:
                             continue
-                        flive, fcount, more = again
+                        flive, fcount, more, h2 = again
                     else:
-                        fcount, more = ncount_t, []
+                        fcount, more, h2 = ncount_t, [], h1
                     nstate = (flive, fcount)
                     old = best.get(nstate)
                     if old is None or nc < old:
                         best[nstate] = nc
                         parent[nstate] = (state, v, pre, list(auto) + list(drop) + list(more))
-                        heapq.heappush(heap, (nc, next(tie), nstate))
+                        heapq.heappush(heap, (nc + h2 if use_astar else nc, depth - 1, next(tie), nc, nstate))
     return TreeDPResult("infeasible", None, None, None, expanded)
 
 
