@@ -144,3 +144,75 @@ def test_time_limit_zero_still_answers():
     r = memopt.remat(g, cost_budget=0, cap=1, time_limit=0)
     check_plan(g, r.plan, cap=1, claimed_peak=r.peak)
     assert r.status in ("optimal", "feasible")
+
+
+@settings(max_examples=12, deadline=None)
+@given(st.integers(0, 10**6), st.integers(1, 2), st.integers(1, 8))
+def test_auto_without_the_models_proves_only_what_the_cost_bound_proves(seed, cap, cut):
+    """With no room for the slot models, ``auto`` answers ``min_cost`` with the heuristic's
+    plan and the extra-cost lower bound (proofs/remat_cost_bounds.md, Theorem 2): ``optimal``
+    only at the brute-force optimum, ``infeasible`` only when brute force agrees."""
+    import memopt.remat.api as api
+
+    g = small_graph(seed)
+    top = peak(g, g.topological_order())
+    limit = max(0, top - cut * max(1, top // 12))
+    cost, _ = min_extra_cost(g, limit, cap)
+    saved = api.AUTO_EXACT_SLOTS
+    api.AUTO_EXACT_SLOTS = 0
+    try:
+        r = memopt.remat(g, memory_limit=limit, cap=cap, time_limit=20)
+    finally:
+        api.AUTO_EXACT_SLOTS = saved
+    assert "cpsat" not in r.stats.get("parts", {})
+    if r.status == "infeasible":
+        assert cost is None
+    elif r.status in ("optimal", "feasible"):
+        assert cost is not None and r.peak <= limit
+        assert Fraction(r.cost_lower_bound) <= cost <= Fraction(r.extra_cost)
+        assert (r.status == "optimal") == (Fraction(r.extra_cost) == Fraction(r.cost_lower_bound))
+        check_plan(g, r.plan, cap=cap, claimed_peak=r.peak, claimed_extra_cost=r.extra_cost)
+
+
+def test_a_late_reuse_is_proved_optimal_by_the_cost_bound_alone():
+    """a (cost 5) held across the big op B must be rebuilt under 12 bytes; the heuristic
+    re-runs it, and the cost bound (5) proves that optimal without the slot models."""
+    import memopt.remat.api as api
+
+    g = TensorGraph.build(
+        tensors=[Tensor("a", 6), Tensor("m", 1), Tensor("b", 5), Tensor("c", 1), Tensor("z", 1, output=True)],
+        ops=[Op("A", (), ("a",), cost=5), Op("M", ("a",), ("m",), cost=1), Op("B", ("m",), ("b",), cost=1),
+             Op("C", ("b",), ("c",), cost=1), Op("Z", ("a", "c"), ("z",), cost=1)])
+    saved = api.AUTO_EXACT_SLOTS
+    api.AUTO_EXACT_SLOTS = 0
+    try:
+        r = memopt.remat(g, memory_limit=11, cap=1, time_limit=20)
+    finally:
+        api.AUTO_EXACT_SLOTS = saved
+    assert (r.status, r.extra_cost, r.cost_lower_bound) == ("optimal", 5, 5)
+    assert r.stats["parts"]["cost_bound"]["value"] == 5
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.integers(0, 10**6), st.integers(1, 2), st.integers(1, 8))
+def test_auto_with_only_the_hitting_set_model_stays_sound(seed, cap, cut):
+    """Room for a model with caps on the cost bound's hitting set only (n + 2 slots), not for
+    the full one: its plans are checked, ``optimal`` only at the brute-force optimum."""
+    import memopt.remat.api as api
+
+    g = small_graph(seed)
+    top = peak(g, g.topological_order())
+    limit = max(0, top - cut * max(1, top // 12))
+    cost, _ = min_extra_cost(g, limit, cap)
+    saved = api.AUTO_EXACT_SLOTS
+    api.AUTO_EXACT_SLOTS = g.num_ops + 2
+    try:
+        r = memopt.remat(g, memory_limit=limit, cap=cap, time_limit=20)
+    finally:
+        api.AUTO_EXACT_SLOTS = saved
+    if r.status == "infeasible":
+        assert cost is None
+    elif r.status in ("optimal", "feasible"):
+        assert cost is not None and r.peak <= limit and r.cap == [cap] * g.num_ops
+        assert Fraction(r.cost_lower_bound) <= cost <= Fraction(r.extra_cost)
+        check_plan(g, r.plan, cap=cap, claimed_peak=r.peak, claimed_extra_cost=r.extra_cost)

@@ -1,7 +1,12 @@
-"""The lower bound on the peak of any capped plan (memopt.remat.lower_bounds) never exceeds
-the exhaustive minimum peak, and its terms behave as proved in proofs/remat_infeasibility.md."""
+"""The lower bounds of memopt.remat.lower_bounds never exceed the exhaustive optimum: the bound
+on the peak of any capped plan (its terms behave as proved in proofs/remat_infeasibility.md),
+the relaxed-graph bound and the extra-cost bound with its cores (proofs/remat_cost_bounds.md)."""
 
 from __future__ import annotations
+
+import time
+from collections import Counter
+from fractions import Fraction
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
@@ -10,9 +15,14 @@ from hypothesis import strategies as st
 from memopt.core import Op, Tensor, TensorGraph
 from memopt.remat import brute_force as bf
 from memopt.remat.lower_bounds import (
+    cost_lower_bound,
     infeasibility_witness,
+    min_hitting_set,
     peak_lower_bound,
     peak_lower_bound_details,
+    relaxed_graph,
+    relaxed_peak_bound,
+    relaxed_trap_exceeds,
 )
 from memopt.schedule.brute_force import brute_force_schedule, random_tensor_graph
 
@@ -104,3 +114,87 @@ def test_budget_aware_bound_is_sound(args):
     least, _, _ = bf.min_peak(g, budget, cap)
     assert peak_lower_bound(g, cap, cost_budget=budget) <= least
     assert peak_lower_bound(g, cap, cost_budget=budget) >= peak_lower_bound(g, cap)
+
+
+# ---------------------------------------------------------------------------- relaxed graphs, cost bounds
+# proofs/remat_cost_bounds.md: Theorem 1 (relaxed graph), Theorem 2 (cores, hitting sets)
+
+
+def _reruns(plan) -> set:
+    return {v for v, k in Counter(plan.runs().tolist()).items() if k > 1}
+
+
+@SETTINGS
+@given(st.tuples(st.integers(0, 2**32 - 1), st.integers(1, 7), st.integers(1, 2), st.integers(0, 2**20)))
+def test_relaxed_graph_bound_is_below_every_plan_that_reruns_only_its_ops(args):
+    seed, n, k, pick = args
+    g = random_tensor_graph(np.random.default_rng(seed), n)
+    S = [v for v in range(g.num_ops) if pick >> v & 1]
+    caps = [k if v in S else 0 for v in range(g.num_ops)]
+    least, _, _ = bf.min_peak(g, BIG, caps)
+    b = relaxed_peak_bound(g, S)
+    assert b <= least
+    assert relaxed_trap_exceeds(g, S, b - 1) and not relaxed_trap_exceeds(g, S, b)
+    # no op may re-run: the relaxed graph is the graph, and the bound the order trap bound
+    assert relaxed_graph(g, []) is g
+    # more ops that may re-run can only lower the least peak the relaxation allows
+    assert relaxed_peak_bound(g, range(g.num_ops)) <= least
+
+
+@SETTINGS
+@given(st.tuples(st.integers(0, 2**32 - 1), st.integers(1, 7), st.integers(0, 2), st.integers(0, 6)))
+def test_cost_bound_never_exceeds_the_least_extra_cost(args):
+    seed, n, cap, below = args
+    g = random_tensor_graph(np.random.default_rng(seed), n, max_size=30, edge_prob=0.3)
+    top = peak_lower_bound(g, 0)
+    limit = max(0, top - below * max(1, top // 12))
+    cost, plan = bf.min_extra_cost(g, limit, cap)
+    cb = cost_lower_bound(g, limit, cap, time_limit=20)
+    if cb.infeasible:
+        assert cost is None
+        return
+    assert cb.value is not None
+    if cost is None:
+        return  # infeasible for a reason the relaxation does not see: any value is vacuous
+    assert Fraction(cb.value) <= Fraction(cost)
+    # every core holds an op that the optimal plan re-runs; the hitting set meets every core
+    for core in cb.cores:
+        assert set(core) & _reruns(plan)
+        assert set(core) & set(cb.hitting_set)
+
+
+def test_cost_bound_of_a_value_held_across_the_peak_is_its_recomputation():
+    """a (6 bytes, made by A at cost 5) is read again by Z after the big op B: below 12 bytes
+    a must be freed across B and rebuilt, so every plan re-runs A (one core, {A}); a second
+    cheap value (cost 1) does not help."""
+    g = TensorGraph.build(
+        tensors=[Tensor("a", 6), Tensor("m", 1), Tensor("b", 5), Tensor("c", 1), Tensor("z", 1, output=True)],
+        ops=[Op("A", (), ("a",), cost=5), Op("M", ("a",), ("m",), cost=1), Op("B", ("m",), ("b",), cost=1),
+             Op("C", ("b",), ("c",), cost=1), Op("Z", ("a", "c"), ("z",), cost=1)])
+    cb = cost_lower_bound(g, 11, 1)
+    assert (cb.value, cb.cores, cb.infeasible, cb.complete) == (5, ((0,),), False, True)
+    assert bf.min_extra_cost(g, 11, 1)[0] == 5
+    assert cost_lower_bound(g, 12, 1).value == 0          # no re-run needed at 12
+    assert cost_lower_bound(g, 7, 1).infeasible           # Z alone needs a, c, z: 8 bytes
+    assert bf.min_extra_cost(g, 7, 1) == (None, None)
+
+
+@SETTINGS
+@given(st.tuples(st.integers(0, 2**32 - 1), st.integers(1, 6)))
+def test_min_hitting_set_equals_exhaustive_search(args):
+    seed, n = args
+    rng = np.random.default_rng(seed)
+    costs = [int(c) for c in rng.integers(0, 9, n)]
+    cores = [tuple(sorted({int(v) for v in rng.integers(0, n, int(rng.integers(0, n + 1)))}))
+             for _ in range(int(rng.integers(1, 4)))]
+    best = None
+    for mask in range(1 << n):
+        chosen = {v for v in range(n) if mask >> v & 1}
+        if all(chosen & set(core) for core in cores):
+            c = sum(costs[v] for v in chosen)
+            best = c if best is None else min(best, c)
+    value, hs, optimal = min_hitting_set(cores, costs, time.perf_counter() + 20)
+    assert optimal and value == best
+    if best is not None:
+        assert all(set(hs) & set(core) for core in cores)
+        assert sum(costs[v] for v in hs) == best

@@ -210,3 +210,46 @@ def test_registry_has_one_signature():
         r = get_method(name).load()(g, question="min_peak", cost_budget=3, cap=1, time_limit=10, incumbent=None,
                                     seed=0)
         check_plan(g, r.plan, cap=1, claimed_peak=r.peak)
+
+
+# ---------------------------------------------------------------------------- proving optimality
+# proofs/remat_cost_bounds.md: caps cut by the incumbent's cost (Lemma 3), the cost bound's
+# cores as clauses (Theorem 2), the implicit-hitting-set decomposition (Theorem 4)
+@settings(max_examples=12, deadline=None)
+@given(st.integers(0, 10**6), st.integers(1, 2), st.integers(1, 5))
+def test_incumbent_cut_caps_cores_and_decomposition_keep_the_models_exact(seed, cap, below):
+    from memopt.remat.model_common import reduced_caps
+
+    g = skewed_graph(seed, 6)
+    top = peak(g, g.topological_order())
+    limit = max(0, top - below * max(1, top // 8))
+    cost, _ = min_extra_cost(g, limit, cap)
+    h = heuristic_method(g, question="min_cost", memory_limit=limit, cap=cap, time_limit=5)
+    inc = h.plan if h.status in ("optimal", "feasible") else None
+    if cost is not None:
+        # no plan at the optimum's cost is lost when the caps are cut to what it pays for
+        p = RematProblem.of(g, cap)
+        assert min_extra_cost(g, limit, reduced_caps(p, cost))[0] == cost
+    runs = [(solve_cpsat, {"decompose": False}), (solve_cpsat, {"decompose": True}), (solve_mip, {})]
+    for solve, kw in runs:
+        r = solve(g, "min_cost", memory_limit=limit, cap=cap, time_limit=30, incumbent=inc, **kw)
+        if cost is None:
+            assert r.status == "infeasible" and r.plan is None, (solve.__name__, kw)
+        else:
+            assert r.status == "optimal", (solve.__name__, kw, r.stats)
+            assert r.extra_cost == cost == r.cost_lower_bound
+            check_plan(g, r.plan, cap=cap, claimed_peak=r.peak, claimed_extra_cost=r.extra_cost)
+
+
+def test_an_incumbent_that_meets_the_cost_bound_needs_no_search():
+    """a (6 bytes, cost 5) held across the big op B must be rebuilt below 12 bytes: the cost
+    bound is 5, and the heuristic's plan (re-run A before Z) costs 5, so CP-SAT is not run."""
+    g = TensorGraph.build(
+        tensors=[Tensor("a", 6), Tensor("m", 1), Tensor("b", 5), Tensor("c", 1), Tensor("z", 1, output=True)],
+        ops=[Op("A", (), ("a",), cost=5), Op("M", ("a",), ("m",), cost=1), Op("B", ("m",), ("b",), cost=1),
+             Op("C", ("b",), ("c",), cost=1), Op("Z", ("a", "c"), ("z",), cost=1)])
+    h = heuristic_method(g, question="min_cost", memory_limit=11, cap=1, time_limit=5)
+    r = solve_cpsat(g, "min_cost", memory_limit=11, cap=1, time_limit=30, incumbent=h.plan)
+    assert (r.status, r.extra_cost, r.cost_lower_bound) == ("optimal", 5, 5)
+    assert r.stats["solver_status"].startswith("not_run")
+    assert r.stats["cost_bound"]["value"] == 5

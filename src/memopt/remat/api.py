@@ -25,8 +25,12 @@ Questions (exactly one):
 ``method``: ``auto`` (default), or a registered method (:mod:`memopt.remat.registry`:
 ``heuristic``, ``cpsat``, ``mip``). ``auto`` starts from the scheduling core's optimal order
 (the no-recomputation plan: extra cost 0), runs the heuristic when that does not answer the
-question, and gives the time left to the CP-SAT model while its size allows, warm-started
-with the best plan. ``time_limit`` (seconds) covers the whole call.
+question, and gives the time left to the CP-SAT model while its size allows (counted after
+cutting each cap to what the best plan's cost, or the budget, can pay for), warm-started
+with the best plan; ``min_cost`` on a larger graph gets the extra-cost lower bound of
+:func:`memopt.remat.lower_bounds.cost_lower_bound` instead, which proves the plan optimal
+when they meet, and then (if the plan does not meet it) a CP-SAT model whose caps are kept
+only on the bound's cheapest hitting set, for a better plan. ``time_limit`` (seconds) covers the whole call.
 
 Every plan returned was checked by the independent checker
 (:func:`memopt.remat.check_plan`); a disagreement raises
@@ -45,12 +49,13 @@ from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 
 from memopt.errors import InternalError, OptionError, ScheduleError
-from memopt.remat.model_common import RematProblem, better, footprint_bound, plan_from_runs
+from memopt.remat.model_common import RematProblem, better, footprint_bound, plan_from_runs, reduced_caps
 from memopt.remat.result import RematResult
 
 __all__ = ["remat", "ParetoResult"]
 
-#: CP-SAT is tried by ``auto`` up to this many run slots (copies x slots grows as its square)
+#: CP-SAT is tried by ``auto`` up to this many run slots after the caps are cut to what the
+#: incumbent's cost (or the budget) allows (copies x slots grows as its square)
 AUTO_EXACT_SLOTS = 600
 
 
@@ -127,7 +132,10 @@ class _Call:
             from memopt.remat.lower_bounds import peak_lower_bound
 
             caps = list(self.p.caps)
-            self._lower = max(footprint_bound(self.p), int(peak_lower_bound(self.p.graph, caps, trap=False)))
+            # trap=True: the relaxed-graph trap of the ops that may re-run (a few cuts per op)
+            self._lower = max(footprint_bound(self.p),
+                              int(peak_lower_bound(self.p.graph, caps, trap=True,
+                                                   trap_time_limit=min(5.0, 0.1 * self.left()))))
             if all(k == 0 for k in caps):
                 # no recomputation: the plan is an order, and the scheduler's bound applies
                 plan, pk, status = self.base()
@@ -186,19 +194,70 @@ class _Call:
                                                incumbent=plan, seed=self.seed)
             parts["heuristic"] = h.status
             best = _merge(question, best, h)
-        if _open(best, lower) and p.slots <= AUTO_EXACT_SLOTS:
-            inc = best.plan if best is not None and best.status != "unknown" else None
+        inc = best.plan if best is not None and best.status != "unknown" else None
+        # the slot models only hold the ops that an optimal answer can afford to re-run
+        budget = cost_budget if question == "min_peak" else (best.extra_cost if inc is not None else None)
+        slots = sum(1 + k for k in reduced_caps(p, budget))
+        if _open(best, lower) and slots <= AUTO_EXACT_SLOTS:
             e = get_method("cpsat").load()(p, question=question, memory_limit=memory_limit, cost_budget=cost_budget,
                                            cap=list(p.caps),
                                            time_limit=max(0.0, budget_end - time.perf_counter()),
                                            incumbent=inc, seed=self.seed)
             parts["cpsat"] = e.status
             best = _merge(question, best, e)
+        elif _open(best, lower) and question == "min_cost":
+            # too large for the models: the cost bound alone may still prove the plan optimal
+            from memopt.remat.lower_bounds import cost_lower_bound
+
+            cb = cost_lower_bound(p.graph, memory_limit, list(p.caps),
+                                  time_limit=0.4 * max(0.0, budget_end - time.perf_counter()),
+                                  stop_at=None if inc is None else best.extra_cost)
+            parts["cost_bound"] = {"value": cb.value, "cores": len(cb.cores), "complete": cb.complete}
+            if cb.infeasible:
+                if inc is not None:
+                    raise InternalError("remat-cost-bound", "the cost bound proves infeasible what a plan solves")
+                best = RematResult(plan=None, peak=None, extra_cost=None, status="infeasible", lower_bound=lower,
+                                   stats={"proof": "the relaxed graph of every op that may re-run has a trap "
+                                                   "above the limit (proofs/remat_cost_bounds.md)"}, **common)
+            else:
+                best = self._restricted(best, cb, memory_limit, budget_end, common, parts)
+                if best is not None:
+                    best = _merge(question, best, best.with_(cost_lower_bound=cb.value))
         if best is None:
             best = RematResult(plan=None, peak=None, extra_cost=None, status="unknown", lower_bound=lower,
                                cost_lower_bound=0, **common)
         best = best.with_(stats={**best.stats, "parts": parts})
         return self._close(best, lower, t_start)
+
+    def _restricted(self, best, cb, memory_limit: int, budget_end: float, common: dict, parts: dict):
+        """A plan from CP-SAT with caps only on the cost bound's cheapest hitting set (and the
+        zero-cost ops), when that model is small enough and the best plan does not meet the
+        bound: a better plan, never a bound (the model is restricted)."""
+        p = self.p
+        if not cb.hitting_set or (best is not None and best.plan is not None and best.status != "unknown"
+                                  and Fraction(best.extra_cost) <= Fraction(cb.value)):
+            return best
+        inside = set(cb.hitting_set) | {v for v in range(p.n) if p.caps[v] > 0 and p.costs[v] == 0}
+        caps = [p.caps[v] if v in inside else 0 for v in range(p.n)]
+        if sum(1 + k for k in caps) > AUTO_EXACT_SLOTS or time.perf_counter() >= budget_end:
+            return best
+        from memopt.remat.cpsat import solve_cpsat
+        from memopt.remat.lower_bounds import CostBound
+
+        inc = best.plan if best is not None and best.plan is not None and best.status != "unknown" else None
+        if inc is not None:
+            runs = inc.runs().tolist()
+            inc = inc if all(runs.count(v) <= 1 + caps[v] for v in set(runs)) else None
+        r = solve_cpsat(p.graph, "min_cost", memory_limit=memory_limit, cap=caps, incumbent=inc, seed=self.seed,
+                        time_limit=max(0.0, budget_end - time.perf_counter()), cost_bound=CostBound(0, ()),
+                        restrict=False)
+        parts["restricted_cpsat"] = r.status
+        if r.plan is None or r.status not in ("optimal", "feasible"):
+            return best
+        found = RematResult(plan=r.plan, peak=r.peak, extra_cost=r.extra_cost, status="feasible",
+                            lower_bound=self.lower(), cost_lower_bound=0,
+                            **{**common, "method": "cpsat (hitting-set caps)"})
+        return found if best is None or best.status == "unknown" else _merge("min_cost", best, found)
 
     def _close(self, res: RematResult, lower: int, t_start: float) -> RematResult:
         """Check the plan independently, fold in the call's bound, fix the status."""

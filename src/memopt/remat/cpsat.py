@@ -60,31 +60,92 @@ import time
 from fractions import Fraction
 
 from memopt.remat.model_common import (RematProblem, ancestor_counts, byte_scale, cost_scale, footprint_bound,
-                                       finish_result, plan_from_slots, slots_from_plan, start_result)
+                                       finish_result, model_budget, plan_from_slots, reduced_caps, slots_from_plan,
+                                       start_result)
 
 __all__ = ["solve_cpsat", "cpsat_method"]
 
 #: models with more copies x slots than this are not built (the incumbent comes back)
 MAX_SIZE = 2_000_000
+#: seconds for one oracle call of the decomposition (a model with small caps)
+CHECK_SECONDS = 3.0
+#: single re-runs tried to grow each no-good after the binary search
+GROW_TRIES = 8
+#: the share of ``time_limit`` the decomposition may use before the full model gets the rest
+DECOMPOSE_SHARE = 0.7
+#: the share of ``time_limit`` (and the most seconds) for the model restricted to the hitting set
+RESTRICT_SHARE = 0.1
+RESTRICT_SECONDS = 20.0
 
 
 def solve_cpsat(problem, question: str, *, memory_limit: int | None = None, cost_budget=None, cap=1,
-                time_limit: float = 10.0, incumbent=None, seed: int = 0, num_workers: int = 2):
+                time_limit: float = 10.0, incumbent=None, seed: int = 0, num_workers: int = 2,
+                cost_bound=None, bound_time: float | None = None, decompose: bool = False,
+                restrict: bool = True, first_solution: bool = False):
     """Solve ``question`` exactly with CP-SAT within ``time_limit`` seconds; a
-    :class:`~memopt.remat.result.RematResult` (see :func:`memopt.remat.mip.solve_mip`)."""
+    :class:`~memopt.remat.result.RematResult` (see :func:`memopt.remat.mip.solve_mip`).
+
+    ``min_cost`` first bounds the extra cost from below
+    (:func:`memopt.remat.lower_bounds.cost_lower_bound`; ``cost_bound`` gives one already
+    computed, ``bound_time`` its time, default a quarter of ``time_limit``): an incumbent
+    that meets the bound is optimal without a search, and the bound's cores become clauses.
+    With ``restrict``, a model whose caps are kept only on the bound's cheapest hitting set
+    (and the zero-cost ops) first looks for a cheap incumbent for ``RESTRICT_SHARE`` of the
+    time (at most ``RESTRICT_SECONDS``); if that plan meets the bound it is optimal.
+    With ``decompose`` it then runs the implicit-hitting-set loop of :func:`_decompose`
+    (small models with cut caps as the oracle) for ``DECOMPOSE_SHARE`` of the time and gives
+    the full model the rest. Off by default: on the Checkmate graphs it did not prove more
+    than the full model with the cores (``docs/remat.md``, "Proving optimality").
+    Caps are cut to what the incumbent's cost (or the budget) allows
+    (:func:`~memopt.remat.model_common.reduced_caps`)."""
     from ortools.sat.python import cp_model
 
     t0 = time.perf_counter()
-    p = RematProblem.of(problem, cap)
-    early = start_result(p, question, memory_limit, cost_budget, incumbent, "cpsat", t0)
+    full = RematProblem.of(problem, cap)
+    early = start_result(full, question, memory_limit, cost_budget, incumbent, "cpsat", t0)
     if early.done:
         return early.result
+    stats: dict = {}
+    cb = None
+    if question == "min_cost":
+        from memopt.remat.lower_bounds import cost_lower_bound
+
+        cb = cost_bound
+        if cb is None:
+            cb = cost_lower_bound(full.graph, early.memory_limit, list(full.caps), stop_at=early.incumbent_cost,
+                                  time_limit=0.25 * float(time_limit) if bound_time is None else bound_time)
+        stats["cost_bound"] = {"value": cb.value, "cores": len(cb.cores), "complete": cb.complete}
+        if cb.infeasible:
+            stats["proof"] = "the relaxed graph of every op that may re-run has a trap above the limit"
+            return finish_result(full, early, None, ("infeasible",), "cpsat", t0, stats)
+        if early.incumbent is not None and Fraction(early.incumbent_cost) <= Fraction(cb.value):
+            stats["solver_status"] = "not_run: the incumbent meets the cost bound"
+            return finish_result(full, early, None, ("cost", cb.value), "cpsat", t0, stats)
+        if cb.hitting_set and restrict:
+            # a quick incumbent: re-run only the ops of the bound's cheapest hitting set
+            inside = set(cb.hitting_set) | {v for v in range(full.n) if full.caps[v] > 0 and full.costs[v] == 0}
+            found = _try_caps(full, early, [full.caps[v] if v in inside else 0 for v in range(full.n)],
+                              min(RESTRICT_SHARE * float(time_limit), RESTRICT_SECONDS), seed, num_workers, False)
+            stats["restricted"] = {"ops": len(inside), "found": found}
+            if early.incumbent is not None and Fraction(early.incumbent_cost) <= Fraction(cb.value):
+                stats["solver_status"] = "not_run: the plan re-running the hitting set meets the cost bound"
+                return finish_result(full, early, None, ("cost", cb.value), "cpsat", t0, stats)
+        if decompose and cost_scale(full)[2]:
+            cb = _decompose(full, early, cb, t0 + DECOMPOSE_SHARE * float(time_limit), seed, num_workers,
+                            stats)
+            if cb.infeasible:
+                stats["proof"] = "every cap vector is a proven no-good (decomposition)"
+                return finish_result(full, early, None, ("infeasible",), "cpsat", t0, stats)
+            if early.incumbent is not None and Fraction(early.incumbent_cost) <= Fraction(cb.value):
+                stats["solver_status"] = "not_run: the decomposition proved the incumbent optimal"
+                return finish_result(full, early, None, ("cost", cb.value), "cpsat", t0, stats)
+    p = RematProblem.of(full, reduced_caps(full, model_budget(early)))
     T = p.slots
     copies_total = T
-    stats = {"slots": T, "copies": copies_total}
+    stats.update({"slots": T, "copies": copies_total})
     if copies_total * T > MAX_SIZE:
         stats["solver_status"] = "model_too_large"
-        return finish_result(p, early, None, None, "cpsat", t0, stats)
+        return finish_result(full, early, None, None if cb is None else ("cost", cb.value), "cpsat", t0, stats)
     g = byte_scale(p)
     cs, factor, exact = cost_scale(p)
     anc = ancestor_counts(p)
@@ -222,7 +283,8 @@ def solve_cpsat(problem, question: str, *, memory_limit: int | None = None, cost
                 m.add_bool_or(uses).only_enforce_if(pres[v][j])
             else:
                 m.add(pres[v][j] == 0)
-    extra = sum(cs[v] * pres[v][j] for v in range(p.n) for j in range(1, K[v]) if cs[v])
+    terms = [cs[v] * pres[v][j] for v in range(p.n) for j in range(1, K[v]) if cs[v]]
+    extra = sum(terms)
     lower = footprint_bound(p)
     P = None
     if question == "min_cost":
@@ -230,6 +292,14 @@ def solve_cpsat(problem, question: str, *, memory_limit: int | None = None, cost
         if intervals:
             m.add_cumulative(intervals, demands, capacity)
         m.minimize(extra)
+        # every plan within the limit re-runs an op of each core and costs at least the bound
+        # (proofs/remat_cost_bounds.md): implied constraints that the search cannot derive
+        for core in cb.cores:
+            m.add_bool_or([pres[v][1] for v in core if K[v] > 1])
+        if exact and terms:
+            m.add(extra >= math.ceil(Fraction(cb.value) * factor))
+            if early.incumbent is not None:
+                m.add(extra <= int(Fraction(early.incumbent_cost) * factor))
     else:
         lo_u = -(-(lower - p.resident_bytes) // g)
         hi_u = (early.upper_peak - p.resident_bytes) // g
@@ -244,10 +314,12 @@ def solve_cpsat(problem, question: str, *, memory_limit: int | None = None, cost
     left = float(time_limit) - (time.perf_counter() - t0)
     if left <= 0:
         stats["solver_status"] = "time_limit_while_building"
-        return finish_result(p, early, None, None, "cpsat", t0, stats)
+        return finish_result(full, early, None, None if cb is None else ("cost", cb.value), "cpsat", t0, stats)
     solver.parameters.max_time_in_seconds = max(0.01, left)
     solver.parameters.num_workers = int(num_workers)
     solver.parameters.random_seed = int(seed) % 2**31
+    if first_solution:
+        solver.parameters.stop_after_first_solution = True
     status = solver.solve(m)
     stats["solver_status"] = solver.status_name(status)
     plan = None
@@ -265,7 +337,159 @@ def solve_cpsat(problem, question: str, *, memory_limit: int | None = None, cost
             proven = ("peak", p.resident_bytes + g * max(units, 0))
     else:
         proven = None
-    return finish_result(p, early, plan, proven, "cpsat", t0, stats)
+    if cb is not None and proven is None:
+        proven = ("cost", Fraction(cb.value))
+    elif cb is not None and proven[0] == "cost":
+        proven = ("cost", max(proven[1], Fraction(cb.value)))
+    return finish_result(full, early, plan, proven, "cpsat", t0, stats)
+
+
+def _try_caps(full: RematProblem, early, caps, time_limit: float, seed: int, num_workers: int,
+              first_solution: bool) -> bool | None:
+    """Solve ``min_cost`` under ``early``'s limit with the smaller ``caps`` (no cost bound, no
+    decomposition): ``True`` if it found a plan (the incumbent in ``early`` is replaced when
+    the plan is cheaper; a plan within smaller caps is a plan within the full ones), ``False``
+    if it proved that no plan within these caps fits, ``None`` if it could not tell."""
+    from memopt.remat.lower_bounds import CostBound
+    from memopt.remat.model_common import evaluate
+
+    inc = None
+    if early.incumbent is not None:
+        runs = early.incumbent.runs().tolist()
+        if all(runs.count(v) <= 1 + caps[v] for v in set(runs)):
+            inc = early.incumbent
+    r = solve_cpsat(full.graph, "min_cost", memory_limit=early.memory_limit, cap=caps, time_limit=time_limit,
+                    incumbent=inc, seed=seed, num_workers=num_workers, cost_bound=CostBound(0, ()), decompose=False,
+                    restrict=False, first_solution=first_solution)
+    if r.status == "infeasible":
+        return False
+    if r.plan is not None and r.status in ("optimal", "feasible"):
+        if early.incumbent is None or Fraction(r.extra_cost) < Fraction(early.incumbent_cost):
+            evaluate(full, r.plan)
+            early.incumbent, early.incumbent_peak, early.incumbent_cost = r.plan, r.peak, r.extra_cost
+        return True
+    return None
+
+
+def _decompose(full: RematProblem, early, cb, deadline: float, seed: int, num_workers: int, stats: dict):
+    """Implicit hitting sets over re-run counts, with this model as the exact oracle.
+
+    A plan's *count vector* ``z`` gives the re-runs of each positive-cost op; its extra cost
+    is ``sum c(v) z(v)``. Master: the cheapest ``y`` (``0 <= y(v) <= k(v)``, caps cut by the
+    incumbent's cost) such that for every *no-good* ``Y`` some ``y(v) > Y(v)`` — a minimum-cost
+    problem solved exactly by CP-SAT; its optimum is a lower bound on the extra cost of every
+    plan within the limit, since every such plan's ``z`` satisfies every no-good. A no-good is
+    a cap vector ``Y`` under which no plan fits the limit (zero-cost ops keep their caps):
+    each core of ``cb`` (``Y = k`` off the core, 0 on it), and every ``Y`` this model proves
+    infeasible. Oracle: the model with caps ``y``; a plan found there costs at most
+    ``sum c(v) y(v)``, which is the lower bound, so it is optimal. Otherwise ``y`` is grown
+    into an infeasible ``Y`` as large as the time allows — caps raised one run at a time,
+    cheapest first (1, 2, 4, ... runs at once, then single tries), each tried first on the relaxed-graph
+    trap bound and then on the model (an answer it cannot give in its time counts as
+    feasible, which only weakens the no-good). Every plan met is a candidate incumbent.
+    Returns the strengthened bound (its ``cores`` unchanged); ``early``'s incumbent is
+    updated in place. Proof: ``proofs/remat_cost_bounds.md``, Theorem 4."""
+    from ortools.sat.python import cp_model
+
+    from memopt.remat.lower_bounds import CostBound, relaxed_trap_exceeds
+
+    n, M = full.n, early.memory_limit
+    costs = full.costs
+    pos = [v for v in range(n) if full.caps[v] > 0 and costs[v] != 0]
+    zero = [v for v in range(n) if full.caps[v] > 0 and costs[v] == 0]
+    nogoods = [{v: (0 if v in set(c) else full.caps[v]) for v in pos} for c in cb.cores]
+    lb = Fraction(cb.value)
+    scaled, factor, _ = cost_scale(full)
+    rounds = checks = 0
+
+    def caps_of(y):
+        out = [0] * n
+        for v in zero:
+            out[v] = full.caps[v]
+        for v, k in y.items():
+            out[v] = k
+        return out
+
+    def feasible(y) -> bool | None:
+        """True (a plan, now a candidate incumbent), False (proved infeasible), None (unknown)."""
+        nonlocal checks
+        checks += 1
+        if relaxed_trap_exceeds(full.graph, [v for v in range(n) if caps_of(y)[v] > 0], M, deadline=deadline):
+            return False
+        left = deadline - time.perf_counter()
+        if left <= 0.05:
+            return None
+        return _try_caps(full, early, caps_of(y), min(left, CHECK_SECONDS), seed, num_workers, True)
+
+    def master():
+        top = reduced_caps(full, early.incumbent_cost) if early.incumbent is not None else list(full.caps)
+        m = cp_model.CpModel()
+        b = {v: [m.new_bool_var(f"y{v}_{j}") for j in range(top[v])] for v in pos}
+        for v in pos:
+            for j in range(1, top[v]):
+                m.add_implication(b[v][j], b[v][j - 1])
+        for ng in nogoods:
+            m.add_bool_or([b[v][ng[v]] for v in pos if ng[v] < top[v]])
+        obj = sum(scaled[v] * x for v in pos for x in b[v])
+        if not isinstance(obj, int):
+            m.minimize(obj)
+        solver = cp_model.CpSolver()
+        solver.parameters.max_time_in_seconds = max(0.05, deadline - time.perf_counter())
+        solver.parameters.num_workers = 2
+        st = solver.solve(m)
+        if st == cp_model.INFEASIBLE:
+            return None, None  # nothing cheaper than the incumbent: it is optimal
+        if st != cp_model.OPTIMAL:
+            return False, None
+        y = {v: sum(solver.boolean_value(x) for x in b[v]) for v in pos}
+        return Fraction(round(solver.objective_value)) / factor, y
+
+    while time.perf_counter() < deadline - 0.05:
+        if early.incumbent is not None and Fraction(early.incumbent_cost) <= lb:
+            break
+        rounds += 1
+        value, y = master()
+        if value is None:
+            if early.incumbent is None:
+                stats["decomposition"] = {"rounds": rounds, "checks": checks, "nogoods": len(nogoods)}
+                return CostBound(None, cb.cores, (), True, cb.complete, cb.evaluations)
+            lb = max(lb, Fraction(early.incumbent_cost))
+            break
+        if value is False:
+            break
+        lb = max(lb, value)
+        ok = feasible(y)
+        if ok:
+            continue  # a plan of cost <= the bound: optimal (checked at the loop's top)
+        if ok is None:
+            break
+        # grow y into a maximal infeasible cap vector, one re-run at a time, cheapest first
+        top = reduced_caps(full, early.incumbent_cost) if early.incumbent is not None else list(full.caps)
+        units = sorted(((Fraction(costs[v]), v, j) for v in pos for j in range(y[v] + 1, top[v] + 1)))
+        def raised(k):
+            Y = dict(y)
+            for _, v, j in units[:k]:
+                Y[v] = max(Y[v], j)
+            return Y
+        # galloping (1, 2, 4, ... cheapest units at once) keeps the early, easy checks small
+        lo, step = 0, 1
+        while lo + step <= len(units) and time.perf_counter() < deadline:
+            if feasible(raised(lo + step)) is not False:
+                break
+            lo, step = lo + step, 2 * step
+        Y = raised(lo)
+        for _, v, j in units[lo: lo + GROW_TRIES]:
+            if time.perf_counter() >= deadline:
+                break
+            if Y[v] == j - 1:
+                trial = dict(Y)
+                trial[v] = j
+                if feasible(trial) is False:
+                    Y = trial
+        nogoods.append(Y)
+    stats["decomposition"] = {"rounds": rounds, "checks": checks, "nogoods": len(nogoods), "bound": lb}
+    lb = int(lb) if lb.denominator == 1 else lb
+    return CostBound(lb, cb.cores, (), False, cb.complete, cb.evaluations)
 
 
 def _plan(solver, p: RematProblem, pres, start, end, nruns):
@@ -319,7 +543,7 @@ def _hint(m, p: RematProblem, plan, pres, start, end, nruns, P, g) -> None:
 
 
 def cpsat_method(problem, *, question: str, memory_limit=None, cost_budget=None, cap=1, time_limit: float = 10.0,
-                 incumbent=None, seed: int = 0):
+                 incumbent=None, seed: int = 0, cost_bound=None):
     """Registry method ``cpsat`` (see :mod:`memopt.remat.registry`)."""
     return solve_cpsat(problem, question, memory_limit=memory_limit, cost_budget=cost_budget, cap=cap,
-                       time_limit=time_limit, incumbent=incumbent, seed=seed)
+                       time_limit=time_limit, incumbent=incumbent, seed=seed, cost_bound=cost_bound)

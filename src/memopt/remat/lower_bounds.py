@@ -17,26 +17,62 @@ report ``infeasible`` with the returned witness. The bound is the maximum of
   to the scheduling core's trap bounds;
 * ``order`` (only when **every** cap is 0): a plan then runs every op once in a topological
   order and holds at least what the order model holds, so any sound bound on the
-  no-recomputation peak applies: memopt's trap bounds (:func:`memopt.bounds.best_bound`).
+  no-recomputation peak applies: memopt's trap bounds (:func:`memopt.bounds.best_bound`);
+* ``relaxed_order`` (some cap above 0): the forward trap bound of the **relaxed graph**
+  ``G_S`` (:func:`relaxed_graph`) of the set ``S`` of ops that may re-run. ``G_S`` keeps every
+  tensor, but a tensor made by an op of ``S`` weighs 0 and its bytes are added to the
+  workspace of its producer and of each of its consumers: it is counted only where every
+  plan must hold it. The other tensors are made once and are live on one interval, as in
+  the order model, so every plan that re-runs only ops of ``S`` peaks at least at the
+  least no-recomputation peak of ``G_S`` (``proofs/remat_cost_bounds.md``, Theorem 1).
+
+The same relaxation bounds the **extra cost** (:func:`cost_lower_bound`): if ``G_S`` has a
+trap above the limit ``M``, every plan within ``M`` re-runs some op outside ``S`` (a *core*);
+the cheapest set of ops meeting every core found (a minimum-cost hitting set, solved
+exactly by CP-SAT) is a lower bound on the extra cost of every plan within ``M``
+(``proofs/remat_cost_bounds.md``, Theorem 2). This is the implicit-hitting-set scheme of
+MaxSAT solvers (Davies and Bacchus, "Solving MAXSAT by solving a sequence of simpler SAT
+instances", CP 2011) with the trap bound (``proofs/trap_bounds.md``) as the oracle.
+
+Example (``A`` makes ``a``, 6 bytes, read again by the last op ``Z``; the big op ``B`` runs
+in between; re-running ``A`` costs 5):
+
+>>> from memopt.core import Op, Tensor, TensorGraph
+>>> g = TensorGraph.build([Tensor("a", 6), Tensor("m", 1), Tensor("b", 5), Tensor("c", 1),
+...     Tensor("z", 1, output=True)], [Op("A", (), ("a",), cost=5), Op("M", ("a",), ("m",), cost=1),
+...     Op("B", ("m",), ("b",), cost=1), Op("C", ("b",), ("c",), cost=1), Op("Z", ("a", "c"), ("z",), cost=1)])
+>>> peak_lower_bound(g, 0), peak_lower_bound(g, 1)
+(12, 8)
+>>> cb = cost_lower_bound(g, 11, 1)      # below 12, ``a`` cannot be held across ``B``: re-run ``A``
+>>> cb.value, [[g.op_names[v] for v in c] for c in cb.cores]
+(5, [['A']])
 
 Under an extra-cost budget ``B`` (``cost_budget=B``) an op costing more than ``B`` cannot
 re-run, so it counts as cap 0 (proof §4). All sums are exact integers. ``O(n · (n + T))`` for the first-run terms (a descendant set
-per op), plus the trap bound's minimum cuts when every cap is 0.
+per op), plus the trap bound's minimum cuts (one per op and relaxed graph).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
+import time
+from fractions import Fraction
 from typing import NamedTuple
 
-from memopt.core.tensor_graph import TensorGraph
-from memopt.remat.plan import resolve_caps
+import numpy as np
 
-__all__ = ["PeakBound", "infeasibility_witness", "peak_lower_bound", "peak_lower_bound_details"]
+from memopt.core.tensor_graph import TensorGraph
+from memopt.remat.plan import exact_costs, resolve_caps
+
+__all__ = ["PeakBound", "CostBound", "infeasibility_witness", "peak_lower_bound", "peak_lower_bound_details",
+           "relaxed_graph", "relaxed_peak_bound", "relaxed_trap_exceeds", "cost_lower_bound", "min_hitting_set"]
 
 
 class PeakBound(NamedTuple):
     """``value`` (bytes) and the term that attains it: ``kind`` in ``start``, ``end``,
-    ``first_run`` (with ``op`` and the forced ``tensors``), ``order`` (trap bound name)."""
+    ``first_run`` (with ``op`` and the forced ``tensors``), ``order`` (trap bound name),
+    ``relaxed_order`` (the forward trap of the relaxed graph of the ops that may re-run)."""
 
     value: int
     kind: str
@@ -112,6 +148,11 @@ def peak_lower_bound_details(graph: TensorGraph, cap=1, *, trap: bool = True, tr
         b = best_bound(graph, time_limit=trap_time_limit)
         if int(b.value) > best.value:
             best = PeakBound(int(b.value), "order", None, (), b.name)
+    elif trap:
+        rerun = range(n) if caps is None else [v for v in range(n) if caps[v] > 0]
+        val = relaxed_peak_bound(graph, rerun, time_limit=trap_time_limit)
+        if val > best.value:
+            best = PeakBound(val, "relaxed_order", None, (), "forward trap of the relaxed graph")
     return best
 
 
@@ -124,3 +165,215 @@ def infeasibility_witness(graph: TensorGraph, memory_limit: int, cap=1, **kw) ->
     """A bound term above ``memory_limit`` (a proof that no plan meets it), or ``None``."""
     b = peak_lower_bound_details(graph, cap, **kw)
     return b if b.value > memory_limit else None
+
+
+# ---------------------------------------------------------------------------- relaxed graphs
+def relaxed_graph(graph: TensorGraph, rerun) -> TensorGraph:
+    """``G_S`` for the op set ``S = rerun``: the same ops, tensors and edges; every
+    non-resident tensor made by an op of ``S`` weighs 0, and its size is added to the
+    workspace of its producer and of every op that reads it (once per op). Every plan that
+    re-runs only ops of ``S`` peaks at least at the least no-recomputation peak of ``G_S``
+    (``proofs/remat_cost_bounds.md``, Theorem 1). ``S`` empty: ``graph`` itself."""
+    rerun = np.zeros(graph.num_ops, bool) if rerun is None else _mask(graph.num_ops, rerun)
+    if not rerun.any():
+        return graph
+    prod = graph.tensor_producer
+    moved = np.flatnonzero((prod >= 0) & ~graph.tensor_resident & rerun[np.maximum(prod, 0)])
+    size = graph.tensor_size.copy()
+    ws = graph.op_workspace.copy()
+    for t in moved.tolist():
+        s = int(size[t])
+        size[t] = 0
+        ws[int(prod[t])] += s
+        for c in np.unique(graph.consumers_of(t)).tolist():
+            ws[int(c)] += s
+    return dataclasses.replace(graph, tensor_size=size, op_workspace=ws, _cache={})
+
+
+def _mask(n: int, ops) -> np.ndarray:
+    m = np.zeros(n, bool)
+    idx = [int(v) for v in ops]
+    if idx:
+        m[idx] = True
+    return m
+
+
+def relaxed_peak_bound(graph: TensorGraph, rerun, *, time_limit: float | None = None) -> int:
+    """The forward trap bound of :func:`relaxed_graph` ``(graph, rerun)``: a lower bound on
+    the peak of every plan whose re-runs are all of ops in ``rerun`` (any number of them)."""
+    from memopt.bounds.trap import forward_trap_bound
+
+    if graph.num_ops == 0:
+        return int(graph.resident_bytes)
+    return int(forward_trap_bound(relaxed_graph(graph, rerun), time_limit=time_limit).value)
+
+
+def relaxed_trap_exceeds(graph: TensorGraph, rerun, limit: int, *, deadline: float = float("inf")) -> bool:
+    """Does the relaxed graph ``G_rerun`` have a forward trap (or its start or end memory)
+    above ``limit``? The same cuts as :func:`relaxed_peak_bound`, but only for ops whose
+    cheap upper estimate exceeds ``limit``, and it stops at the first trap above it. At the
+    deadline it answers ``False`` (the weaker, always safe answer)."""
+    # the early-exit variant of memopt.bounds.trap._all_traps, on the same private pieces
+    from memopt.bounds.trap import MAX_TRAP_NODES, _as_dag, _net, _solve
+
+    if graph.num_ops == 0:
+        return int(graph.resident_bytes) > limit
+    dag = _as_dag(relaxed_graph(graph, rerun))
+    if dag.n > MAX_TRAP_NODES:
+        return relaxed_peak_bound(graph, rerun, time_limit=max(0.0, deadline - time.perf_counter())) > limit
+    net = _net(dag)
+    if max(net.base, net.end) > limit:
+        return True
+    # the cut-free upper estimates of memopt.bounds.trap._cheap_estimates (ideals anc(v) and
+    # "all but desc(v)"), as two integer matrix-vector products: this is called many times
+    anc = net.anc.astype(np.int64)
+    ub = np.minimum(net.base + anc @ net.w + net.w + net.t, net.end - anc.T @ net.w + net.t)
+    for v in np.argsort(-ub, kind="stable").tolist():
+        if ub[v] <= limit or time.perf_counter() > deadline:
+            return False
+        if _solve(net, v).value > limit:
+            return True
+    return False
+
+
+#: ops tried one by one to shrink each core (the next cheapest after the binary search)
+SHRINK_TRIES = 12
+
+
+class CostBound(NamedTuple):
+    """A lower bound on the extra cost of every plan within a memory limit.
+
+    ``value``: the bound (an ``int`` or ``Fraction``; ``None`` when ``infeasible``);
+    ``cores``: sets of op ids (sorted tuples), each containing an op that every plan within
+    the limit re-runs; ``hitting_set``: an op set meeting every core, a cheapest one unless
+    the time limit stopped the hitting-set solver; ``infeasible``: no plan within the caps meets the limit
+    (the relaxed graph of every op that may re-run has a trap above it); ``complete``: the
+    scheme ran to its fixpoint (the relaxed graph of ``hitting_set`` fits the limit) rather
+    than stopping at the time limit; ``evaluations``: trap bounds computed."""
+
+    value: object
+    cores: tuple
+    hitting_set: tuple = ()
+    infeasible: bool = False
+    complete: bool = True
+    evaluations: int = 0
+
+
+def _scaled_costs(costs) -> tuple[list[int], Fraction]:
+    """Integer costs ``floor(c * factor)`` and the factor; rounding down keeps a minimum of
+    scaled costs divided by the factor a lower bound on the true minimum."""
+    den = 1
+    for c in costs:
+        den = math.lcm(den, Fraction(c).denominator)
+    top = max([Fraction(c) for c in costs] + [Fraction(1)])
+    if top * den * max(1, len(costs)) < 2**50:
+        return [int(Fraction(c) * den) for c in costs], Fraction(den)
+    factor = Fraction(2) ** max(0, int(math.floor(math.log2(2**40 / float(top * max(1, len(costs)))))))
+    return [math.floor(Fraction(c) * factor) for c in costs], factor
+
+
+def min_hitting_set(cores, costs, deadline: float) -> tuple[object, tuple, bool]:
+    """The cheapest set of ops meeting every core, by CP-SAT (2 workers; the value is what
+    counts). Returns ``(a lower bound on the least cost, a cheapest set found, proved
+    optimal)``, or ``(None, (), True)`` when no set meets them all (an empty core); costs are
+    scaled as in :func:`_scaled_costs`, so the value is a lower bound even if scaling rounds."""
+    from ortools.sat.python import cp_model
+
+    ops = sorted({v for c in cores for v in c})
+    scaled, factor = _scaled_costs([costs[v] for v in ops])
+    m = cp_model.CpModel()
+    x = {v: m.new_bool_var(f"x{v}") for v in ops}
+    for c in cores:
+        m.add_bool_or([x[v] for v in c if v in x])
+    m.minimize(cp_model.LinearExpr.weighted_sum([x[v] for v in ops], scaled))
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = max(0.05, deadline - time.perf_counter())
+    solver.parameters.num_workers = 2
+    status = solver.solve(m)
+    if status == cp_model.INFEASIBLE:
+        return None, (), True
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return Fraction(0), (), False
+    chosen = tuple(v for v in ops if solver.boolean_value(x[v]))
+    units = max(0, math.ceil(solver.best_objective_bound - 1e-6))
+    optimal = status == cp_model.OPTIMAL
+    if optimal:
+        units = int(round(solver.objective_value))
+    return Fraction(units) / factor, chosen, optimal
+
+
+def cost_lower_bound(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit: float = 5.0,
+                     stop_at=None) -> CostBound:
+    """A lower bound on the extra cost of every plan within the caps whose peak is at most
+    ``memory_limit`` (``proofs/remat_cost_bounds.md``, Theorem 2), with its cores.
+
+    Scheme: ``H`` = the cheapest op set meeting the cores so far (empty at first). While the
+    relaxed graph ``G_H`` has a trap above the limit, grow ``S`` from ``H`` by adding the
+    other ops that may re-run, cheapest first, as long as ``G_S`` keeps a trap above the
+    limit (a binary search over the sorted prefix, then one pass over the rest); the ops
+    that may re-run but are not in ``S`` form a new core, and ``H`` is recomputed. The value
+    is the cost of the last ``H`` (or the hitting-set solver's bound if it was stopped). Never
+    above the least extra cost; ``time_limit`` (seconds) stops it early with a weaker but
+    still valid bound, and so does reaching ``stop_at`` (a known plan's extra cost: the
+    plan is then optimal)."""
+    t0 = time.perf_counter()
+    deadline = t0 + max(0.0, float(time_limit))
+    caps = resolve_caps(graph, cap)
+    n = graph.num_ops
+    M = int(memory_limit)
+    costs = exact_costs(graph)
+    rerun = [v for v in range(n) if caps is None or caps[v] > 0]
+    count = [0]
+
+    def over(S) -> bool:
+        count[0] += 1
+        return relaxed_trap_exceeds(graph, S, M, deadline=deadline)
+
+    def result(value, cores, hs=(), infeasible=False, complete=True):
+        value = None if value is None else (int(value) if Fraction(value).denominator == 1 else Fraction(value))
+        return CostBound(value, tuple(cores), tuple(hs), infeasible, complete, count[0])
+
+    if n == 0 or not over(()):
+        return result(0, ())
+    if over(rerun):
+        return result(None, (), infeasible=True)
+    order = sorted(rerun, key=lambda v: (Fraction(costs[v]), v))
+    cores: list[tuple] = []
+    H: tuple = ()
+    value = Fraction(0)
+    while time.perf_counter() < deadline:
+        if not over(H):
+            return result(value, cores, H)
+        inside = set(H)
+        cand = [v for v in order if v not in inside]
+        # largest prefix of the cheapest candidates that keeps a trap above the limit
+        lo, hi = 0, len(cand)         # over(H + cand[:lo]) holds; cand[:hi + 1] is unknown
+        while lo < hi and time.perf_counter() < deadline:
+            mid = (lo + hi + 1) // 2
+            if over(list(inside) + cand[:mid]):
+                lo = mid
+            else:
+                hi = mid - 1
+        S = inside | set(cand[:lo])
+        # shrinking the core pays off on the cheap ops (the hitting set picks those); the
+        # expensive rest stays in it
+        for v in cand[lo + 1: lo + 1 + SHRINK_TRIES]:
+            if time.perf_counter() >= deadline:
+                break
+            if over(list(S) + [v]):
+                S.add(v)
+        core = tuple(v for v in order if v not in S)
+        cores.append(tuple(sorted(core)))
+        hs_value, hs, optimal = min_hitting_set(cores, costs, deadline)
+        if hs_value is None:  # an empty core: the time-limited trap of every op that may re-run
+            return result(None, cores, infeasible=True)
+        # more cores never lower the least hitting cost: keep the best bound proved so far
+        value = max(value, hs_value)
+        if stop_at is not None and value >= Fraction(stop_at):
+            return result(value, cores, hs, complete=optimal)
+        if not optimal:
+            if not hs:  # stopped with nothing to show: the last set plus the new core's cheapest op
+                hs = tuple(sorted(set(H) | {min(core, key=lambda v: (Fraction(costs[v]), v))}))
+            return result(value, cores, hs, complete=False)
+        H = hs
+    return result(value, cores, H, complete=False)

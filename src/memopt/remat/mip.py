@@ -23,6 +23,10 @@ slots** instead:
   ``sum_x s(x) L[t, x] + sum_v (s(out(v)) + w(v)) R[t, v] <= M - resident`` (or ``<= P``);
 * ``R[t, v] = 0`` for ``t < |anc(v)|`` (every ancestor runs before the first run of ``v``).
 
+The caps are first cut to what the budget (``min_peak``) or the incumbent's extra cost
+(``min_cost``) allows, ``min(k(v), floor(B / c(v)))`` (no optimal answer is lost:
+:func:`~memopt.remat.model_common.reduced_caps`), which drops the slots of expensive ops.
+
 Objective: extra cost ``sum c(v) R[t, v] - sum c(v)`` (``min_cost``), or ``P`` with the extra
 cost at most the budget (``min_peak``). Bytes are divided by their gcd; costs are integers
 (exact, or rounded down so that the model stays a relaxation:
@@ -57,8 +61,8 @@ import time
 from fractions import Fraction
 
 from memopt.remat.model_common import (RematProblem, ancestor_counts, byte_scale, cost_scale,
-                                       footprint_bound, plan_from_slots, slots_from_plan, start_result,
-                                       finish_result)
+                                       footprint_bound, model_budget, plan_from_slots, reduced_caps,
+                                       slots_from_plan, start_result, finish_result)
 
 __all__ = ["solve_mip", "mip_method"]
 
@@ -73,16 +77,18 @@ def solve_mip(problem, question: str, *, memory_limit: int | None = None, cost_b
     whose plan (if any) is valid and answers the question. ``incumbent`` (a plan) is given to
     SCIP as a start solution when it answers the question."""
     t0 = time.perf_counter()
-    p = RematProblem.of(problem, cap)
-    early = start_result(p, question, memory_limit, cost_budget, incumbent, "mip", t0)
+    full = RematProblem.of(problem, cap)
+    early = start_result(full, question, memory_limit, cost_budget, incumbent, "mip", t0)
     if early.done:
         return early.result
+    # no optimal answer costs more than the budget / the incumbent: cut the caps to that
+    p = RematProblem.of(full, reduced_caps(full, model_budget(early)))
     T = p.slots
     xs = p.live_tensors()
     stats = {"slots": T, "variables": T * p.n + (T + 1) * len(xs)}
     if stats["variables"] > MAX_VARIABLES:
         stats["solver_status"] = "model_too_large"
-        return finish_result(p, early, None, None, "mip", t0, stats)
+        return finish_result(full, early, None, None, "mip", t0, stats)
     from pyscipopt import Model, quicksum
 
     g = byte_scale(p)
@@ -178,7 +184,7 @@ def solve_mip(problem, question: str, *, memory_limit: int | None = None, cost_b
     if left <= 0:
         m.freeProb()
         stats["solver_status"] = "time_limit_while_building"
-        return finish_result(p, early, None, None, "mip", t0, stats)
+        return finish_result(full, early, None, None, "mip", t0, stats)
     m.setParam("limits/time", max(0.01, left))
     m.optimize()
     status = m.getStatus()
@@ -205,7 +211,7 @@ def solve_mip(problem, question: str, *, memory_limit: int | None = None, cost_b
             else:
                 proven = ("peak", p.resident_bytes + g * max(units, 0))
     m.freeProb()
-    return finish_result(p, early, plan, proven, "mip", t0, stats)
+    return finish_result(full, early, plan, proven, "mip", t0, stats)
 
 
 def mip_method(problem, *, question: str, memory_limit=None, cost_budget=None, cap=1, time_limit: float = 10.0,

@@ -45,7 +45,7 @@ from memopt.core.tensor_graph import TensorGraph
 from memopt.errors import OptionError, ScheduleError
 
 __all__ = ["RematProblem", "MAX_CAP", "footprint_bound", "byte_scale", "cost_scale", "plan_from_runs",
-           "plan_from_slots", "slots_from_plan", "evaluate", "QUESTIONS"]
+           "plan_from_slots", "slots_from_plan", "evaluate", "QUESTIONS", "reduced_caps", "model_budget"]
 
 #: the largest per-op cap the slot models accept (a model has ``sum (1 + k)`` slots)
 MAX_CAP = 64
@@ -284,6 +284,19 @@ def slots_from_plan(p: RematProblem, plan) -> tuple[list[int], list[set], dict, 
     return run_at, states, copies, ends
 
 
+def reduced_caps(p: RematProblem, budget) -> list[int]:
+    """Caps that lose no plan of extra cost at most ``budget`` (``None``: the caps as they
+    are): such a plan runs ``v`` at most ``1 + floor(budget / c(v))`` times, since each run
+    beyond the first costs ``c(v) >= 0``. Applied with the question's budget (``min_peak``)
+    or an incumbent's extra cost (``min_cost``: an optimal plan costs no more), it turns
+    every expensive op into a cap-0 op and shrinks the slot models to the cheap ops that
+    can matter (``proofs/remat_cost_bounds.md``, Lemma 3)."""
+    if budget is None:
+        return list(p.caps)
+    b = Fraction(budget)
+    return [k if c == 0 else min(k, int(b // Fraction(c))) for k, c in zip(p.caps, p.costs)]
+
+
 def ancestor_counts(p: RematProblem) -> list[int]:
     """Number of (op) ancestors of every op: no run of ``v`` can be in a slot below it."""
     g = p.graph
@@ -297,6 +310,12 @@ def ancestor_counts(p: RematProblem) -> list[int]:
             mask |= anc[u] | (1 << u)
         anc[v] = mask
     return [bin(a).count("1") for a in anc]
+
+
+def model_budget(st: "Start"):
+    """The extra cost no optimal answer exceeds: the budget of ``min_peak``, the incumbent's
+    extra cost for ``min_cost`` (``None`` without an incumbent)."""
+    return st.cost_budget if st.question == "min_peak" else st.incumbent_cost
 
 
 # ---------------------------------------------------------------------------- results
