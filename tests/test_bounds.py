@@ -13,7 +13,7 @@ from hypothesis import example, given, settings, strategies as st
 
 from memopt.bounds import (certify, forward_trap_bound, load_certificate, make_certificate, save_certificate, node_trap_values, pair_trap_bound,
                            reverse_trap_bound, simple_bounds, simple_dag_bounds, verify_certificate)
-from memopt.bounds.trap import best_bound, probing_trap_bound, trap_cut
+from memopt.bounds.trap import best_bound, forward_trap_exceeds, probing_trap_bound, trap_cut
 from memopt.core import Op, Program, SignedDAG, Statement, Tensor, TensorGraph, dag_order_from_op_order, graph_to_dag
 from memopt.errors import CertificateError
 from memopt.schedule.brute_force import brute_force_dag_optimum, brute_force_schedule, random_tensor_graph
@@ -138,6 +138,15 @@ def test_min_cut_equals_brute_force_min_closure(dag):
             assert trap_cut(dag, v, force_out=[u])["value"] == _brute_trap(dag, ideals, v, force_out=[u])
     assert forward_trap_bound(dag).value == max([dag.base, dag.base + int(dag.delta.sum())] + fwd.tolist())
     assert reverse_trap_bound(dag).value == forward_trap_bound(dag).value
+
+
+@given(random_dags(10), st.integers(-3, 3))
+@settings(max_examples=80)
+def test_forward_trap_exceeds_answers_the_bound(dag, shift):
+    """The early-exit test says yes exactly when the forward trap bound is above the limit."""
+    value = forward_trap_bound(dag).value
+    for limit in (value + shift, value - 1, value):
+        assert forward_trap_exceeds(dag, limit) == (value > limit)
 
 
 def test_impossible_forcing_gives_no_cut():

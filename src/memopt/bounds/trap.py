@@ -74,7 +74,7 @@ from memopt.core.tensor_graph import TensorGraph
 from memopt.errors import GraphError, InternalError
 
 __all__ = [
-    "Bound", "forward_trap_bound", "reverse_trap_bound", "pair_trap_bound", "node_trap_values",
+    "Bound", "forward_trap_bound", "forward_trap_exceeds", "reverse_trap_bound", "pair_trap_bound", "node_trap_values",
     "simple_bounds", "simple_dag_bounds", "best_bound", "trap_cut", "probing_trap_bound",
 ]
 
@@ -402,6 +402,29 @@ def forward_trap_bound(dag, *, time_limit: float | None = None) -> Bound:
     ``MAX_TRAP_NODES`` nodes get ``max(base, end memory)``, flagged incomplete.
     """
     return _max_trap(dag, False, "forward_trap", time_limit)
+
+
+def forward_trap_exceeds(dag, limit: int, *, deadline: float = float("inf")) -> bool:
+    """Is :func:`forward_trap_bound` above ``limit``? The same cuts, but only for nodes whose
+    cheap upper estimate exceeds ``limit``, stopping at the first trap above it: a fast
+    feasibility test for callers that ask it many times (the recomputation cost bounds).
+    At the deadline, and on DAGs above ``MAX_TRAP_NODES`` beyond start and end memory, it
+    answers ``False``: the weaker answer, always safe for a caller that uses ``True`` as a
+    proof that ``limit`` is below every schedule's peak."""
+    dag = _as_dag(dag)
+    base, end = int(dag.base), int(dag.base) + int(np.asarray(dag.delta, np.int64).sum())
+    if max(base, end if dag.n else base) > limit:
+        return True
+    if dag.n == 0 or dag.n > MAX_TRAP_NODES:
+        return False
+    net = _net(dag)
+    ub = _cheap_estimates(net)
+    for v in np.argsort(-ub, kind="stable").tolist():
+        if ub[v] <= limit or time.perf_counter() > deadline:
+            return False
+        if _solve(net, v).value > limit:
+            return True
+    return False
 
 
 def reverse_trap_bound(dag, *, time_limit: float | None = None) -> Bound:

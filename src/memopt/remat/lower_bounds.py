@@ -213,27 +213,11 @@ def relaxed_trap_exceeds(graph: TensorGraph, rerun, limit: int, *, deadline: flo
     above ``limit``? The same cuts as :func:`relaxed_peak_bound`, but only for ops whose
     cheap upper estimate exceeds ``limit``, and it stops at the first trap above it. At the
     deadline it answers ``False`` (the weaker, always safe answer)."""
-    # the early-exit variant of memopt.bounds.trap._all_traps, on the same private pieces
-    from memopt.bounds.trap import MAX_TRAP_NODES, _as_dag, _net, _solve
+    from memopt.bounds.trap import forward_trap_exceeds
 
     if graph.num_ops == 0:
         return int(graph.resident_bytes) > limit
-    dag = _as_dag(relaxed_graph(graph, rerun))
-    if dag.n > MAX_TRAP_NODES:
-        return relaxed_peak_bound(graph, rerun, time_limit=max(0.0, deadline - time.perf_counter())) > limit
-    net = _net(dag)
-    if max(net.base, net.end) > limit:
-        return True
-    # the cut-free upper estimates of memopt.bounds.trap._cheap_estimates (ideals anc(v) and
-    # "all but desc(v)"), as two integer matrix-vector products: this is called many times
-    anc = net.anc.astype(np.int64)
-    ub = np.minimum(net.base + anc @ net.w + net.w + net.t, net.end - anc.T @ net.w + net.t)
-    for v in np.argsort(-ub, kind="stable").tolist():
-        if ub[v] <= limit or time.perf_counter() > deadline:
-            return False
-        if _solve(net, v).value > limit:
-            return True
-    return False
+    return forward_trap_exceeds(relaxed_graph(graph, rerun), limit, deadline=deadline)
 
 
 #: ops tried one by one to shrink each core (the next cheapest after the binary search)
