@@ -204,6 +204,13 @@ def _first_runs_follow_the_epochs(red, plan) -> bool:
     return all(a[1] < b[0] for a, b in zip(spans, spans[1:]))
 
 
+def _runs_per_item(red, plan) -> set:
+    """How many times each item op runs (the proof: exactly 1 + k in every plan within the limit)."""
+    g = red.graph
+    runs = [g.op_names[x] for kind, x in zip(plan.kind.tolist(), plan.index.tolist()) if kind == 0]
+    return {runs.count(v) for v in g.op_names if v.startswith("item")}
+
+
 # m = 2 yes and no instances (B = 19 and 20)
 FIXED = [((6, 6, 6, 6, 7, 9), False), ((6, 6, 6, 7, 7, 8), True), ((8, 8, 8, 12, 12, 12), False)]
 
@@ -220,6 +227,7 @@ def test_three_partition_smallest_instances_by_brute_force(k):
     assert check_plan(red.graph, plan, cap=k) == (red.memory_limit, 3 * k)
     assert _first_runs_follow_the_epochs(red, plan)
     assert plan_to_partition(inst, red, plan) == [[0, 1, 2]]
+    assert _runs_per_item(red, plan) == {1 + k}
     assert min_extra_cost(red.graph, red.memory_limit, k - 1) == (None, None)
 
 
@@ -245,6 +253,7 @@ def test_three_partition_reduction_yes_and_no(numbers, answer):
         assert cost == red.cost_budget
         assert check_plan(red.graph, plan, cap=1)[0] <= red.memory_limit
         assert _first_runs_follow_the_epochs(red, plan)
+        assert _runs_per_item(red, plan) == {2}
         assert _is_partition(inst, plan_to_partition(inst, red, plan))
 
 
@@ -366,6 +375,8 @@ def test_three_partition_source_clocks_yes_and_no(numbers, answer):
 def test_plan_to_partition_rejects_plans_that_prove_nothing():
     inst = ThreePartitionInstance((6, 6, 6, 7, 7, 8))
     red = three_partition_to_remat(inst, cap=1)
+    with pytest.raises(OptionError, match="summing to B"):
+        partition_to_plan(inst, red, [[0, 1, 2], [3, 4, 5]])      # 18 and 22, not 20
     g = red.graph
     # the no-recomputation plan is valid but exceeds the limit at the first hump
     steps = [{"run": f"item{j}"} for j in range(6)]

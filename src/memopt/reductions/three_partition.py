@@ -35,7 +35,8 @@ The op graph is a forest (``item{j}`` with its checkpoints is a star; humps are 
 treewidth 1, even counting tensors as vertices. Sizes: ``3m (N + 1) + N`` ops and as many
 tensors, numbers at most ``M = O((m + k) m^2 B)``: polynomial in the unary size ``m + B``.
 With ``clocks="source"`` one op ``start`` (cost above the budget) writes the clocks instead:
-no graph inputs, treewidth exactly 2, the same answer for plans within the budget.
+no graph inputs, treewidth exactly 2 once ``N >= 2`` (a forest for ``N = 1``), the same
+answer for plans within the budget (it needs the budget: re-running ``start`` breaks it).
 
 Example (``m = 1``, cap 1: 3 items, 3 checkpoints, 1 hump; the plan of the partition):
 
@@ -119,7 +120,7 @@ def three_partition_to_remat(inst: ThreePartitionInstance, cap: int = 1, clocks:
     ``clocks="inputs"`` (default): every clock is a graph input; the op graph is a forest and
     every plan with peak ``<= M`` (whatever its cost) yields a 3-partition.
     ``clocks="source"``: no graph inputs; one op ``start`` (no inputs, cost ``3 m k + 1``,
-    more than the budget) writes every clock. The op graph has treewidth exactly 2 (``start``
+    more than the budget) writes every clock. The op graph has treewidth exactly 2 when ``N >= 2`` (``start``
     and ``item{j}`` joined by the ``N`` checkpoints of ``j``: a ``K_{2,N}``), and plans within
     the budget run ``start`` once, so the same proof holds for them (proof file, §5)."""
     if isinstance(cap, bool) or not isinstance(cap, (int, np.integer)) or cap < 1:
@@ -165,6 +166,9 @@ def partition_to_plan(inst: ThreePartitionInstance, red: ThreePartitionRemat, tr
     triples = [list(map(int, tr)) for tr in triples]
     if len(triples) != m or sorted(itertools.chain.from_iterable(triples)) != list(range(n)):
         raise OptionError("triples must split the items into m groups")
+    for t, tr in enumerate(triples):
+        if len(tr) != 3 or sum(inst.numbers[j] for j in tr) != inst.target:
+            raise OptionError(f"triple {t} {tr} is not 3 items summing to B = {inst.target}")
     op, ts = g.op_index, g.tensor_index
     hump_items = {name: triples[t] for t, name in enumerate(red.humps)}
     steps = [(RUN, op[f"item{j}"]) for j in range(n)]
