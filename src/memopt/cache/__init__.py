@@ -12,12 +12,16 @@ residency certificates for expert offloading.
 * KV caches: :func:`load_attention` reads ``memopt-attention`` traces
   (:mod:`memopt.cache.kv_trace`; recorded from a real LM by :mod:`memopt.cache.kv_record`),
   :func:`simulate_kv` replays StreamingLLM, H2O, SnapKV, TOVA, LRU and fixed-lag commit
-  (:mod:`memopt.cache.kv_policies`), :func:`kv_optimum` is the exact offline optimum
-  (:mod:`memopt.cache.kv_optimum`).
+  (:mod:`memopt.cache.kv_policies`; per-head or per-layer budgets, one online
+  :class:`KVPolicy` state machine per policy), :func:`kv_optimum` is the exact offline optimum
+  (:mod:`memopt.cache.kv_optimum`), :func:`evaluate_kv` runs the same policies inside a real
+  model, closed loop: perplexity, agreement, retained attention (:mod:`memopt.cache.kv_eval`;
+  torch and transformers imported lazily).
 """
 
 from memopt.cache.kv_optimum import KVOptimum, kv_optimum
-from memopt.cache.kv_policies import KV_POLICIES, KVResult, simulate_kv
+from memopt.cache.kv_eval import KVEvalResult, KVEvaluation, KVSetting, evaluate_kv
+from memopt.cache.kv_policies import KV_POLICIES, KVPolicy, KVResult, simulate_kv
 from memopt.cache.kv_trace import (AttentionTrace, dump_attention, load_attention,
                                    make_attention_trace)
 from memopt.cache.certificate import (CERT_FORMAT, certify_residency, parse_envelopes,
@@ -33,4 +37,5 @@ __all__ = ["RequestTrace", "make_trace", "load_routes", "load_requests", "parse_
            "FlowBound", "offline_optimum", "flow_lower_bound", "schedule_traffic",
            "CERT_FORMAT", "certify_residency", "verify_residency_certificate", "parse_envelopes",
            "AttentionTrace", "make_attention_trace", "load_attention", "dump_attention",
-           "KV_POLICIES", "KVResult", "simulate_kv", "KVOptimum", "kv_optimum"]
+           "KV_POLICIES", "KVResult", "KVPolicy", "simulate_kv", "KVOptimum", "kv_optimum",
+           "KVSetting", "KVEvalResult", "KVEvaluation", "evaluate_kv"]

@@ -3,40 +3,64 @@
 **Model** (:mod:`memopt.cache.kv_policies`): per head, at most ``B`` past positions are cached
 at each decode step ``t >= prefill``; evicted positions never come back; the value of a
 schedule is the retained attention ``sum_{t >= prefill} sum_{j cached at t} a_t[j]``.
+Position ``j`` can be a cached past position from step ``arr(j) = max(j + 1, prefill)`` on, so
+a schedule is one last step ``e_j in {arr(j) - 1 (never kept), ..., T - 1}`` per position,
+worth ``W_j(e) = sum_{t = arr(j)}^{e} a_t[j]``; it is feasible iff at every decode step at
+most ``B`` of the intervals ``[arr(j), e_j]`` contain it.
 
-**An interval-selection problem.** Position ``j`` can be a cached past position from step
-``arr(j) = max(j + 1, prefill)`` on (positions of the prompt all arrive at the end of the
-prompt). Since it never returns once evicted and attention is non-negative, an optimal
-schedule keeps it over an interval ``[arr(j), e_j]`` and its whole choice is the last step
-``e_j`` in ``{arr(j) - 1 (never kept), ..., T - 1}``, worth
-``W_j(e) = sum_{t = arr(j)}^{e} a_t[j]``. The schedule is feasible iff at every decode step
-``t`` at most ``B`` intervals contain ``t``. (Keeping ``j`` in part of an interval and out of
-it again is impossible: it could not come back.)
+**Eviction events (the algorithm).** Attention is non-negative, so an optimal schedule evicts
+only when it must: delaying a voluntary eviction by one step keeps the budget and loses
+nothing. At the decode step ``t`` the positions ``j < t`` are all candidates, so exactly
+``N(t) = max(0, t - B)`` of them must be gone before ``t``: the schedule makes
+``E = max(0, T - 1 - B)`` *eviction events* (none if ``prefill >= T``), the ``k``-th at the end
+of step ``s_k = max(prefill - 1, B + k - 1)`` (the prompt's excess all at once, then one per
+step). Event ``s`` may take any position ``j <= s`` not taken yet (``j = s``: the newest
+position is never kept) and *loses* ``R_s[j] = sum_{t > s} a_t[j]``, the attention ``j``
+would still have received; positions no event takes stay to the end. So
 
-**Min-cost flow** (OR-Tools ``ortools.graph.python.min_cost_flow``): ``B`` units (cache
-slots) flow along time. Nodes ``F_t`` (``t = prefill .. T``: a slot is free at the start of
-step ``t``) with chain arcs ``F_t -> F_{t+1}`` (capacity ``B``, cost 0: slots left free
-during step ``t``); per position ``j`` a node ``E_j`` with an arc ``F_{arr(j)} -> E_j`` of
-capacity 1 (position ``j`` is taken into a slot at most once) and arcs
-``E_j -> F_{e + 1}`` (capacity 1, cost ``-W_j(e)``) for every ``e >= arr(j)``: the slot
-holds ``j`` through step ``e``, then is free again. Supply ``B`` at ``F_prefill``, demand
-``B`` at ``F_T``. An integral flow is a schedule and back (the units crossing step ``t``
-are the ``B`` slots: free, or holding one interval that contains ``t``), with cost
-``-(retained attention)``. The constraint matrix is a network matrix, hence totally
-unimodular: the min-cost flow (computed integrally by OR-Tools) is optimal among all
-schedules, not only among fractional ones.
+    optimum = total - min { sum_k R_{s_k}[j_k] : j_1, ..., j_E distinct, j_k <= s_k }
 
-**Exactness.** The trace's attention is stored as integers (units of ``1 / scale``,
-:mod:`memopt.cache.kv_trace`), so every cost is an exact int64 and the optimum is the exact
-maximum over schedules of the trace *as stored*; it is then checked by replaying the schedule
-with :func:`memopt.cache.kv_policies.schedule_retained` (``InternalError`` on any
-disagreement). (Relative to the unrounded float attention, any schedule's value moves by at
-most ``group / 2`` units per counted cell, the same for the optimum and the policies.) Costs
-stay below ``T * group * scale < 2**47`` for ``T < 2**16``, far from OR-Tools' int64 cost
-range. Size: ``O(T^2)`` arcs per head — the size of the head's attention itself.
+a rectangular **linear assignment problem** (events x positions) with ``O(T^2 / 2)``
+allowed pairs, and every assignment is a feasible schedule (``last_step[j_k] = s_k``).
+It is solved exactly, in int64 arithmetic, by the shortest-augmenting-path method of
+Jonker & Volgenant (Computing 38, 1987) in the rectangular form of Crouse ("On implementing
+2D rectangular assignment algorithms", IEEE TAES 52(4), 2016; the algorithm of
+``scipy.optimize.linear_sum_assignment``), compiled with numba: events are added in time
+order, so an augmentation from event ``s`` only scans the positions ``j <= s`` (every event
+it can reach is earlier). Worst case ``O(E * T^2)``; in practice the augmenting paths are
+short.
 
-The commit-lag axis of fixed-lag commit (``rmm`` at ``lag = 0, 1, 4, ...``) ends here: with
-the whole future known, the best schedule is this one.
+**Certificate.** The solver also returns dual values ``u_k`` (events) and ``v_j <= 0``
+(positions) with ``u_k + v_j <= R_{s_k}[j]`` for every allowed pair; by weak LP duality
+``total - sum(u) - sum(v)`` bounds the retained attention of *every* schedule from above.
+:func:`kv_optimum` re-checks the dual constraints from the attention itself (numpy,
+independently of the solver) and requires the bound to equal the schedule's value, which
+:func:`memopt.cache.kv_policies.schedule_retained` recomputes from the trace: a returned
+optimum is a checked schedule together with a matching checked upper bound
+(``InternalError`` otherwise).
+
+**Reference formulation** (``method="flow"``, kept for tests and the benchmark): a min-cost
+flow (OR-Tools) with ``B`` units (cache slots) along a time chain ``F_prefill -> ... -> F_T``,
+a node ``E_j`` per position fed by ``F_arr(j) -> E_j`` (capacity 1) and arcs
+``E_j -> F_{e+1}`` of cost ``-W_j(e)``; its constraint matrix is a network matrix (totally
+unimodular), so the integral min-cost flow is an optimal schedule. Same optimum, ``O(T^2)``
+arcs per head, several times slower at ``T = 2048``.
+
+**Exactness.** Attention is stored as integers (units of ``1 / scale``,
+:mod:`memopt.cache.kv_trace`), so every cost is an exact int64 (below ``T * group * scale <
+2**47``) and the optimum is the exact maximum over schedules of the trace *as stored*.
+(Relative to the unrounded float attention, any schedule's value moves by at most
+``group / 2`` units per counted cell, the same for the optimum and the policies.)
+
+Heads are independent: ``jobs > 1`` solves them on local worker processes
+(:func:`memopt.sweep.run_tasks`). The commit-lag axis of fixed-lag commit (``rmm`` at
+``lag = 0, 1, 4, ...``) ends here: with the whole future known, the best schedule is this one.
+
+>>> from memopt.cache.kv_trace import make_attention_trace
+>>> a = [[[[8, 0, 0, 0], [6, 2, 0, 0], [5, 1, 2, 0], [4, 3, 0, 1]]]]
+>>> opt = kv_optimum(make_attention_trace(a, [True] * 4, scale=8), 1)
+>>> opt.retained, opt.bound, opt.total, opt.last_step.tolist()
+(15, 15, 19, [[3, 1, 2, 3]])
 """
 
 from __future__ import annotations
@@ -44,18 +68,30 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 import numpy as np
+from numba import njit
 
-from memopt.errors import InternalError, OptionError
-from memopt.cache.kv_policies import check_prefill, total_mass, arrivals, check_budget, schedule_retained
+from memopt.errors import InternalError, MemoptError, OptionError
+from memopt.cache.kv_policies import check_prefill, arrivals, check_budget, schedule_retained
 from memopt.cache.kv_trace import AttentionTrace
 
-__all__ = ["KVOptimum", "kv_optimum", "optimum_head"]
+__all__ = ["KVOptimum", "kv_optimum", "optimum_head", "optimum_head_flow", "eviction_events",
+           "METHODS"]
+
+#: ``assignment`` (default: eviction events, shortest augmenting paths) or ``flow`` (the
+#: min-cost-flow reference formulation)
+METHODS = ("assignment", "flow")
+_INF = np.int64(2**60)            # an unreached distance (a real one stays far below; the checks catch any overflow)
+_KEY_INF = np.int64(2**62)
+#: dual values must stay far from int64 overflow in the certificate check
+_DUAL_LIMIT = 2**55
 
 
 @dataclass(frozen=True)
 class KVOptimum:
     """The offline optimum: ``retained`` (exact, units of ``1 / scale``, summed over heads)
-    out of ``total``; ``status`` is ``"optimal"``. ``per_head`` and ``last_step`` (the optimal
+    out of ``total``; ``bound``: the checked upper bound (LP dual) on every schedule's retained
+    attention, equal to ``retained`` (``None`` for ``method="flow"``, whose optimality is
+    OR-Tools' status); ``status`` is ``"optimal"``. ``per_head`` and ``last_step`` (the optimal
     schedule, as in :class:`memopt.cache.kv_policies.KVResult`) are not in :meth:`to_dict`."""
 
     budget: int
@@ -67,6 +103,8 @@ class KVOptimum:
     status: str = "optimal"
     per_head: np.ndarray = None
     last_step: np.ndarray = None
+    bound: int | None = None
+    method: str = "assignment"
 
     @property
     def fraction(self) -> float:
@@ -81,9 +119,166 @@ class KVOptimum:
         return d
 
 
+def eviction_events(T: int, budget: int, prefill: int) -> np.ndarray:
+    """End steps ``s_k`` of the evictions a schedule that evicts only when it must makes,
+    ascending (module doc).
+
+    >>> eviction_events(6, 2, 0).tolist(), eviction_events(6, 2, 4).tolist()
+    ([2, 3, 4], [3, 3, 4])
+    """
+    if prefill >= T:
+        return np.zeros(0, dtype=np.int64)
+    count = max(0, T - 1 - budget)
+    return np.maximum(prefill - 1, np.arange(budget, budget + count, dtype=np.int64))
+
+
+# ---------------------------------------------------------------------------- kernels
+
+@njit(cache=True)
+def _future_mass(A, first):
+    """``R[s, j] = sum_{t > s} A[t, j]`` for ``first <= s``, ``j <= s`` (0 elsewhere)."""
+    T = A.shape[0]
+    R = np.zeros((T, T), dtype=np.int64)
+    for s in range(T - 2, max(first, 0) - 1, -1):
+        below = A[s + 1]
+        for j in range(s + 1):
+            R[s, j] = R[s + 1, j] + below[j]
+    return R
+
+
+@njit(cache=True)
+def _assign_events(R, events):
+    """Min-cost assignment of events (rows, ascending end steps) to distinct positions
+    ``j <= s``, by shortest augmenting paths (Crouse 2016, integer). Returns
+    ``(ok, position of each event, u, v)``; ``ok`` is False only if no assignment exists."""
+    E = events.size
+    T = R.shape[1]
+    u = np.zeros(E, dtype=np.int64)
+    v = np.zeros(T, dtype=np.int64)
+    col4row = np.full(E, -1, dtype=np.int64)
+    row4col = np.full(T, -1, dtype=np.int64)
+    path = np.full(T, -1, dtype=np.int64)
+    dist = np.empty(T, dtype=np.int64)
+    # key = 2 dist + (position taken): the argmin prefers a free position on ties (the path
+    # ends there); a scanned position's key is _KEY_INF, so the search loop has no branch
+    key = np.empty(T, dtype=np.int64)
+    scanned = np.zeros(T, dtype=np.bool_)
+    visited = np.empty(E, dtype=np.int64)
+    for cur in range(E):
+        ncols = events[cur] + 1          # an earlier event reaches no position beyond its own end
+        for j in range(ncols):
+            dist[j] = _INF
+            key[j] = _KEY_INF
+            scanned[j] = False
+        minval = np.int64(0)
+        i = cur
+        nvis = 0
+        sink = -1
+        while sink == -1:
+            visited[nvis] = i
+            nvis += 1
+            si = events[i]
+            base = minval - u[i]
+            row = R[si]
+            for j in range(si + 1):
+                r = base + row[j] - v[j]
+                # reduced costs are >= 0, so this never holds for a scanned position
+                if r < dist[j]:
+                    dist[j] = r
+                    path[j] = i
+                    key[j] = 2 * r + (row4col[j] != -1)
+            index = -1
+            best = _KEY_INF
+            for j in range(ncols):
+                if key[j] < best:
+                    best = key[j]
+                    index = j
+            if index == -1:
+                return False, col4row, u, v
+            minval = dist[index]
+            if row4col[index] == -1:
+                sink = index
+            else:
+                i = row4col[index]
+            scanned[index] = True
+            key[index] = _KEY_INF
+        u[cur] += minval
+        for k in range(1, nvis):
+            i = visited[k]
+            u[i] += minval - dist[col4row[i]]
+        for j in range(ncols):
+            if scanned[j]:
+                v[j] -= minval - dist[j]
+        j = sink
+        while True:
+            i = path[j]
+            row4col[j] = i
+            nxt = col4row[i]
+            col4row[i] = j
+            j = nxt
+            if i == cur:
+                break
+    return True, col4row, u, v
+
+
+# ---------------------------------------------------------------------------- one head
+
+def _head_total(A: np.ndarray, prefill: int) -> int:
+    """Attention of the decode steps on past positions (what a full cache retains)."""
+    rows = A[prefill:]
+    return int(rows.sum(dtype=np.int64)) - int(np.trace(rows, offset=prefill, dtype=np.int64))
+
+
+def _check_dual(A: np.ndarray, events: np.ndarray, u: np.ndarray, v: np.ndarray, total: int) -> int:
+    """The upper bound ``total - sum(u) - sum(v)`` after checking, from ``A`` alone, that
+    ``(u, v)`` is dual feasible: ``v <= 0`` and ``u_k <= R_{s_k}[j] - v_j`` for all ``j <= s_k``."""
+    T = A.shape[0]
+    if np.abs(u).max(initial=0) >= _DUAL_LIMIT or np.abs(v).max(initial=0) >= _DUAL_LIMIT or (v > 0).any():
+        raise InternalError("kv-dual-range", "the assignment's dual values are out of range")
+    steps = np.unique(events)
+    future = np.cumsum(A[::-1].astype(np.int64), axis=0)[::-1]      # future[t, j] = sum_{t' >= t}
+    cost = np.zeros((steps.size, T), dtype=np.int64)
+    inside = steps + 1 < T
+    cost[inside] = future[steps[inside] + 1]
+    cost -= v[None, :]
+    cost[np.arange(T)[None, :] > steps[:, None]] = _INF
+    best = cost.min(axis=1)                                            # per distinct end step
+    per_event = best[np.searchsorted(steps, events)]
+    if (u > per_event).any():
+        raise InternalError("kv-dual-feasible", "the assignment's dual values violate a constraint")
+    return total - int(u.sum()) - int(v.sum())
+
+
+def _solve_head(A: np.ndarray, budget: int, prefill: int) -> tuple[int, np.ndarray, int]:
+    """``(retained, last_step, checked upper bound)`` of one head (assignment method)."""
+    T = A.shape[0]
+    total = _head_total(A, prefill)
+    last = np.full(T, T - 1, dtype=np.int64)
+    events = eviction_events(T, budget, prefill)
+    if events.size == 0:
+        return total, last, total
+    R = _future_mass(A, int(events[0]))
+    ok, pos, u, v = _assign_events(R, events)
+    if not ok:
+        raise InternalError("kv-assignment-feasible", "no assignment of eviction events to positions")
+    lost = int(R[events, pos].sum())
+    del R
+    last[pos] = events
+    bound = _check_dual(A, events, u, v, total)
+    return total - lost, last, bound
+
+
 def optimum_head(A: np.ndarray, budget: int, prefill: int = 0) -> tuple[int, np.ndarray]:
     """Optimal retained attention and schedule (``last_step`` per position) of one head with
-    integer attention ``A`` (``T x T``, lower triangular)."""
+    integer attention ``A`` (``T x T``, lower triangular), by the eviction-event assignment."""
+    value, last, bound = _solve_head(np.ascontiguousarray(A), int(budget), int(prefill))
+    if bound != value:
+        raise InternalError("kv-dual-gap", f"the schedule retains {value} but the dual bound is {bound}")
+    return value, last
+
+
+def optimum_head_flow(A: np.ndarray, budget: int, prefill: int = 0) -> tuple[int, np.ndarray]:
+    """The same optimum by the min-cost-flow reference formulation (module doc; OR-Tools)."""
     T = A.shape[0]
     P = prefill
     arr = arrivals(T, P)
@@ -127,28 +322,56 @@ def optimum_head(A: np.ndarray, budget: int, prefill: int = 0) -> tuple[int, np.
     return -int(mcf.optimal_cost()), last
 
 
-def kv_optimum(trace: AttentionTrace, budget, *, prefill: int = 0) -> KVOptimum:
+def _head_task(A: np.ndarray, budget: int, prefill: int, method: str):
+    """One head (the task of a worker process): ``(retained, last_step, bound or None)``."""
+    if method == "flow":
+        value, last = optimum_head_flow(A, budget, prefill)
+        return value, last, None
+    return _solve_head(A, budget, prefill)
+
+
+# ---------------------------------------------------------------------------- all heads
+
+def kv_optimum(trace: AttentionTrace, budget, *, prefill: int = 0, method: str = "assignment",
+               jobs: int = 1) -> KVOptimum:
     """The most attention any schedule with at most ``budget`` past positions per head (from
-    step ``prefill`` on) retains, exactly, with an optimal schedule (module doc).
+    step ``prefill`` on) retains, exactly, with an optimal schedule and (``method =
+    "assignment"``) a matching upper bound (module doc). ``jobs > 1`` solves heads on that
+    many local worker processes.
 
     >>> from memopt.cache.kv_trace import make_attention_trace
     >>> a = [[[[8, 0, 0, 0], [6, 2, 0, 0], [5, 1, 2, 0], [4, 3, 0, 1]]]]
-    >>> opt = kv_optimum(make_attention_trace(a, [True] * 4, scale=8), 1)
-    >>> opt.retained, opt.total, opt.last_step.tolist()
-    (15, 19, [[3, 1, 2, 3]])
+    >>> tr = make_attention_trace(a, [True] * 4, scale=8)
+    >>> [kv_optimum(tr, 1, method=m).retained for m in METHODS]
+    [15, 15]
     """
+    from memopt.sweep import run_tasks
+
     if not isinstance(trace, AttentionTrace):
         raise OptionError(f"kv_optimum needs an AttentionTrace, got {type(trace).__name__}")
+    if method not in METHODS:
+        raise OptionError(f"unknown kv_optimum method {method!r}; choose from {', '.join(METHODS)}")
+    if isinstance(jobs, bool) or not isinstance(jobs, (int, np.integer)) or jobs < 1:
+        raise OptionError(f"jobs must be an integer >= 1, got {jobs!r}")
     B = check_budget(budget, trace)
     P = check_prefill(prefill, trace)
     A = trace.heads()
     K, T = A.shape[0], trace.steps
     per = np.zeros(K, dtype=np.int64)
+    bounds = np.zeros(K, dtype=np.int64)
     last = np.zeros((K, T), dtype=np.int64)
-    for k in range(K):
-        per[k], last[k] = optimum_head(A[k], B, P)
+    tasks = [(k, (A[k], B, P, method)) for k in range(K)]
+    for k, kind, payload in run_tasks(_head_task, tasks, jobs=min(int(jobs), max(K, 1))):
+        if kind != "done":
+            raise MemoptError(f"kv_optimum: head {k} was not solved ({kind}: {payload})")
+        per[k], last[k], bound = payload
+        bounds[k] = per[k] if bound is None else bound
     check = schedule_retained(trace, last, B, P)
     if not np.array_equal(check, per):
-        raise InternalError("kv-optimum-value", "the optimal flow's cost disagrees with its schedule's "
+        raise InternalError("kv-optimum-value", "the optimum's value disagrees with its schedule's "
                                                 "retained attention")
-    return KVOptimum(B, P, T, K, int(per.sum()), int(total_mass(trace, P).sum()), "optimal", per, last)
+    if not np.array_equal(bounds, per):
+        raise InternalError("kv-dual-gap", "the optimal schedule does not reach the dual upper bound")
+    total = sum(_head_total(A[k], P) for k in range(K))
+    return KVOptimum(B, P, T, K, int(per.sum()), int(total), "optimal", per, last,
+                     int(bounds.sum()) if method == "assignment" else None, method)

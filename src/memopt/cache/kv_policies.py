@@ -63,13 +63,33 @@ the reference averages over a group is the same score times ``group``: same deci
   steps between an eviction and its commit run with the uncommitted positions still held
   (a staging buffer), and correctness is known once the next token is (teacher-forced text).
 
+**Budgets.** ``budget`` is one number of past positions per (layer, KV head), or a list of one
+number per layer (``budget[l]`` for every KV head of layer ``l``); a float in ``(0, 1]`` is a
+fraction of the trace length. ``share="head"`` (default): every (layer, KV head) holds at most
+its budget. ``share="layer"``: the KV heads of layer ``l`` share ``kv_heads * budget[l]``
+positions — each evicts by the same key as per head, and the layer's excess goes to the smallest
+keys over all of its heads (ties: oldest position, then lowest head), so a head that attends
+widely can hold more than another. Protected positions (sinks, recent, window, current token)
+are protected per head. :func:`memopt.cache.kv_optimum.kv_optimum` solves the per-head model.
+
+**One state machine, two drivers.** :class:`KVPolicy` is each policy as an online per-step
+state machine: :meth:`KVPolicy.observe` takes step ``t``'s attention row (integer, the entries
+of positions the step could not see are ignored or zero) and the step's correctness, and returns
+the evictions decided now. :func:`simulate_kv` drives it with a trace's rows (open loop, the
+full-cache attention); :mod:`memopt.cache.kv_eval` drives the same object inside the real model
+(closed loop: the rows the model produced under the evicted cache). For ``rmm`` with lag ``H``
+the decision about step ``t`` is returned when row ``t + H`` arrives (the schedule records it
+at step ``t``: the retained attention is that of the committed schedule), so in the model the
+undecided positions stay attended for ``H`` steps — the staging buffer, ``H`` positions beyond
+the budget, which :mod:`memopt.cache.kv_eval` reports as ``peak_held``.
+
 :func:`simulate_kv` replays a policy on every head at once (numpy, vectorised over heads;
 ``O(T^2)`` per head) and checks the resulting schedule with :func:`schedule_retained`.
 """
-
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -77,11 +97,12 @@ import numpy as np
 from memopt.errors import InternalError, OptionError
 from memopt.cache.kv_trace import AttentionTrace
 
-__all__ = ["KV_POLICIES", "KVResult", "simulate_kv", "schedule_retained", "check_budget",
-           "arrivals", "WEIGHTINGS"]
+__all__ = ["KV_POLICIES", "KVResult", "KVPolicy", "simulate_kv", "schedule_retained", "check_budget",
+           "check_budgets", "arrivals", "WEIGHTINGS", "SHARES", "policy_result"]
 
 KV_POLICIES = ("streaming-llm", "h2o", "snapkv", "tova", "lru", "rmm")
 WEIGHTINGS = ("correct", "uniform")
+SHARES = ("head", "layer")
 _BIG = np.int64(2**62)
 
 
@@ -89,13 +110,13 @@ _BIG = np.int64(2**62)
 class KVResult:
     """Retained attention of one policy on one trace: ``retained`` out of ``total`` (integers,
     units of ``1 / scale``, summed over all heads), ``fraction = retained / total``.
-    ``per_head`` (not in :meth:`to_dict`): retained per head; ``last_step`` (not in
-    :meth:`to_dict`): the schedule, ``last_step[k, j]`` = last step at which position ``j`` is
-    in head ``k``'s cache as a past position (``j`` itself if never; ``T - 1`` if never
-    evicted)."""
+    ``budget``: an int, or the list of per-layer budgets. ``per_head`` (not in
+    :meth:`to_dict`): retained per head; ``last_step`` (not in :meth:`to_dict`): the schedule,
+    ``last_step[k, j]`` = last step at which position ``j`` is in head ``k``'s cache as a past
+    position (``j`` itself if never; ``T - 1`` if never evicted)."""
 
     policy: str
-    budget: int
+    budget: int | list
     prefill: int
     steps: int
     heads: int
@@ -117,15 +138,20 @@ class KVResult:
         return d
 
 
-def check_budget(budget, trace: AttentionTrace, what: str = "budget") -> int:
+def _steps_of(trace_or_steps) -> int:
+    return trace_or_steps.steps if isinstance(trace_or_steps, AttentionTrace) else int(trace_or_steps)
+
+
+def check_budget(budget, trace, what: str = "budget") -> int:
     """``budget`` as a number of positions per head: an integer ``>= 0``, or a fraction of the
-    trace length given as a float in ``(0, 1]`` (rounded down)."""
+    trace length (``trace``: an :class:`AttentionTrace` or its number of steps) given as a
+    float in ``(0, 1]`` (rounded down)."""
     if isinstance(budget, (bool, np.bool_)):
         raise OptionError(f"{what} must be a number of positions, got {budget!r}")
     if isinstance(budget, (float, np.floating)):
         if not math.isfinite(budget) or not 0 < budget <= 1:
             raise OptionError(f"a fractional {what} must lie in (0, 1], got {budget!r}")
-        return int(math.floor(budget * trace.steps))
+        return int(math.floor(budget * _steps_of(trace)))
     if not isinstance(budget, (int, np.integer)):
         raise OptionError(f"{what} must be an integer number of positions, got {type(budget).__name__}")
     if budget < 0:
@@ -133,9 +159,22 @@ def check_budget(budget, trace: AttentionTrace, what: str = "budget") -> int:
     return int(budget)
 
 
-def check_prefill(prefill, trace: AttentionTrace) -> int:
-    if isinstance(prefill, bool) or not isinstance(prefill, (int, np.integer)) or not 0 <= prefill <= trace.steps:
-        raise OptionError(f"prefill must be an integer in [0, {trace.steps}], got {prefill!r}")
+def check_budgets(budget, steps: int, layers: int, kv_heads: int) -> tuple[np.ndarray, int | list]:
+    """Per-head budgets ``(layers * kv_heads,)`` from one budget or a list of one per layer
+    (module doc), and the budget as it is reported (an int, or the list of per-layer ints)."""
+    if isinstance(budget, (list, tuple, np.ndarray)):
+        if len(budget) != layers:
+            raise OptionError(f"a per-layer budget needs {layers} values (one per layer), got {len(budget)}")
+        per_layer = [check_budget(b, steps, f"budget of layer {i}") for i, b in enumerate(budget)]
+        return np.repeat(np.array(per_layer, dtype=np.int64), kv_heads), per_layer
+    b = check_budget(budget, steps)
+    return np.full(layers * kv_heads, b, dtype=np.int64), b
+
+
+def check_prefill(prefill, trace) -> int:
+    T = _steps_of(trace)
+    if isinstance(prefill, bool) or not isinstance(prefill, (int, np.integer)) or not 0 <= prefill <= T:
+        raise OptionError(f"prefill must be an integer in [0, {T}], got {prefill!r}")
     return int(prefill)
 
 
@@ -145,11 +184,13 @@ def arrivals(T: int, prefill: int) -> np.ndarray:
     return np.maximum(np.arange(T, dtype=np.int64) + 1, prefill)
 
 
-def schedule_retained(trace: AttentionTrace, last_step: np.ndarray, budget: int, prefill: int = 0
-                      ) -> np.ndarray:
+def schedule_retained(trace: AttentionTrace, last_step: np.ndarray, budget, prefill: int = 0,
+                      share: str = "head") -> np.ndarray:
     """Check a schedule (``last_step[k, j]``, see :class:`KVResult`) against the model and
-    return the retained attention per head (exact int64). ``InternalError`` if it breaks the
-    budget at some decode step or is not a schedule (callers pass schedules they computed)."""
+    return the retained attention per head (exact int64). ``budget``: an int, or per-head
+    budgets ``(n_heads,)``; ``share="layer"`` checks the sum over each layer's KV heads against
+    the sum of their budgets. ``InternalError`` if the schedule breaks the budget at some decode
+    step or is not a schedule (callers pass schedules they computed)."""
     A = trace.heads()
     K, T = A.shape[0], trace.steps
     e = np.asarray(last_step, dtype=np.int64)
@@ -167,7 +208,13 @@ def schedule_retained(trace: AttentionTrace, last_step: np.ndarray, budget: int,
     np.add.at(occ, (rows[ok], np.minimum(starts[ok], T)), 1)
     np.add.at(occ, (rows[ok], ends[ok]), -1)
     occ = np.cumsum(occ, axis=1)[:, :T]
-    if T > prefill and occ[:, prefill:].max(initial=0) > budget:
+    caps = np.broadcast_to(np.asarray(budget, dtype=np.int64), (K,))
+    if share == "layer":
+        occ = occ.reshape(trace.layers, trace.kv_heads, T).sum(axis=1)
+        caps = caps.reshape(trace.layers, trace.kv_heads).sum(axis=1)
+    elif share != "head":
+        raise InternalError("kv-schedule-share", f"unknown budget sharing {share!r}")
+    if T > prefill and (occ[:, prefill:] > caps[:, None]).any():
         raise InternalError("kv-schedule-budget", f"a schedule holds {int(occ[:, prefill:].max())} past "
                                                   f"positions at a decode step, budget {budget}")
     t_idx = np.arange(T)[:, None]
@@ -199,11 +246,215 @@ def _pool(vals: np.ndarray, kernel: int) -> np.ndarray:
     return c[:, kernel:kernel + n_out] - c[:, :n_out]
 
 
-def simulate_kv(trace: AttentionTrace, policy: str, budget, *, prefill: int = 0, sinks: int = 4,
-                recent: int | None = None, window: int | None = None, kernel: int = 5,
+def _nonneg_int(value, what: str, high: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0 or \
+            (high is not None and value > high):
+        rng = f"an integer in [0, {high}]" if high is not None else "a non-negative integer"
+        raise OptionError(f"{what} must be {rng}, got {value!r}")
+    return int(value)
+
+
+class KVPolicy:
+    """One KV policy as an online state machine over ``steps`` steps and ``layers * kv_heads``
+    caches (module doc: the scores, budgets and the lag).
+
+    Feed the rows in order with :meth:`observe` (row ``t``: int64 ``(n_heads, t + 1)``, the
+    step's attention to positions ``0..t``; entries of positions a head does not hold are
+    ignored where the score depends on what was visible) and call :meth:`finish` after the
+    last one. Each returns the evictions decided by that call as ``(step, heads, positions)``
+    triples. :attr:`last_step` is the schedule so far (``KVResult.last_step``).
+
+    >>> import numpy as np
+    >>> p = KVPolicy("h2o", steps=3, layers=1, kv_heads=1, budget=1, recent=0)
+    >>> p.observe(np.array([[8]])), p.observe(np.array([[6, 2]]))
+    ([], [(1, array([0]), array([1]))])
+    """
+
+    def __init__(self, policy: str, *, steps: int, layers: int, kv_heads: int, budget, prefill: int = 0,
+                 share: str = "head", sinks: int = 4, recent: int | None = None,
+                 window: int | None = None, kernel: int = 5, lag: float = 0, weighting: str = "correct"):
+        if not isinstance(policy, str) or policy.strip().lower() not in KV_POLICIES:
+            raise OptionError(f"unknown KV policy {policy!r}; choose from {', '.join(KV_POLICIES)}")
+        if share not in SHARES:
+            raise OptionError(f"unknown budget sharing {share!r}; choose from {', '.join(SHARES)}")
+        name = self.name = policy.strip().lower()
+        T = self.steps = _nonneg_int(steps, "steps")
+        self.layers, self.kv_heads = int(layers), int(kv_heads)
+        K = self.n_heads = self.layers * self.kv_heads
+        self.budgets, self.budget = check_budgets(budget, T, self.layers, self.kv_heads)
+        self.prefill = check_prefill(prefill, T)
+        self.share = share
+        B = self.budgets
+        b_min = int(B.min()) if K else 0
+        params: dict = {}
+        if share == "layer":
+            params["share"] = "layer"
+        self.lag = 0
+        self.recent = np.zeros(K, dtype=np.int64)
+        if name in ("h2o", "rmm"):
+            if recent is None:
+                self.recent = B // 2
+                params["recent"] = int(self.recent[0]) if np.ndim(self.budget) == 0 else "budget // 2"
+            else:
+                r = _nonneg_int(recent, f"recent (budget {b_min})", b_min)
+                self.recent[:] = params["recent"] = r
+        if name == "streaming-llm":
+            s = _nonneg_int(sinks, "sinks")
+            self.sinks = np.minimum(s, B)
+            params["sinks"] = int(self.sinks[0]) if np.ndim(self.budget) == 0 else s
+        if name == "snapkv":
+            w = min(32, max(1, b_min // 2)) if window is None else window
+            if isinstance(w, bool) or not isinstance(w, (int, np.integer)) or not 1 <= w <= max(b_min, 1):
+                raise OptionError(f"window must be an integer in [1, budget = {b_min}], got {w!r}")
+            if isinstance(kernel, bool) or not isinstance(kernel, (int, np.integer)) or kernel < 1 or kernel % 2 == 0:
+                raise OptionError(f"kernel must be an odd positive integer, got {kernel!r}")
+            self.window, self.kernel = int(w), int(kernel)
+            params["window"], params["kernel"] = self.window, self.kernel
+            self.win_rows: deque = deque()
+        if name == "rmm":
+            if isinstance(lag, bool) or not isinstance(lag, (int, float, np.integer, np.floating)) or \
+                    (isinstance(lag, float) and math.isnan(lag)) or lag < 0 or \
+                    (isinstance(lag, float) and not lag.is_integer() and not math.isinf(lag)):
+                raise OptionError(f"lag must be a non-negative integer or math.inf, got {lag!r}")
+            if weighting not in WEIGHTINGS:
+                raise OptionError(f"unknown weighting {weighting!r}; choose from {', '.join(WEIGHTINGS)}")
+            self.lag = T if math.isinf(lag) else int(min(lag, T))
+            params["lag"] = "inf" if math.isinf(lag) else int(lag)
+            params["weighting"] = self.weighting = weighting
+        self.params = params
+        self.cached = np.zeros((K, T), dtype=bool)          # past positions in the cache
+        self.last_step = np.full((K, T), T - 1, dtype=np.int64)
+        self.score = np.zeros((K, T), dtype=np.int64)       # h2o / rmm utility, lru last use, snapkv window
+        self.t = 0              # the next row to observe
+        self.decided = 0        # the next step to decide
+
+    # ------------------------------------------------------------------ driving
+    def observe(self, row, correct: bool = True) -> list:
+        """Take row ``t`` (the next step) and whether step ``t``'s prediction was correct;
+        return the evictions decided now."""
+        t = self.t
+        if t >= self.steps:
+            raise InternalError("kv-policy-steps", f"{self.name}: row {t} of a {self.steps}-step run")
+        row = np.asarray(row, dtype=np.int64)
+        if row.shape != (self.n_heads, t + 1):
+            raise InternalError("kv-policy-row", f"{self.name}: row {t} has shape {row.shape}, expected "
+                                                 f"{(self.n_heads, t + 1)}")
+        self._observe(t, row, bool(correct))
+        self.t = t + 1
+        out = []
+        while self.decided <= self.t - 1 - self.lag:
+            out += self._decide(self.decided)
+        return out
+
+    def finish(self) -> list:
+        """After the last row: the decisions still waiting for their lag."""
+        if self.t != self.steps:
+            raise InternalError("kv-policy-steps", f"{self.name}: finished after {self.t} of {self.steps} rows")
+        out = []
+        while self.decided < self.steps:
+            out += self._decide(self.decided)
+        return out
+
+    # ------------------------------------------------------------------ scores
+    def _observe(self, t: int, row: np.ndarray, correct: bool) -> None:
+        name, sc = self.name, self.score
+        if name in ("h2o", "rmm"):
+            # accumulated (h2o) / demonstrated (rmm) attention; entries of positions a head no
+            # longer holds never matter (they are not candidates), so rows are taken as they are
+            weight = 1 if name == "h2o" or self.weighting == "uniform" or correct else 0
+            if weight:
+                sc[:, :t + 1] += row
+        elif name == "lru":
+            seen = np.concatenate([self.cached[:, :t], np.ones((self.n_heads, 1), dtype=bool)], axis=1)
+            n_vis = seen.sum(axis=1)
+            tot = (row * seen).sum(axis=1)
+            used = seen & (row * n_vis[:, None] >= tot[:, None])
+            sc[:, :t + 1] = np.where(used, t, sc[:, :t + 1])
+            sc[:, t] = t
+        elif name == "snapkv":     # sum of the last `window` rows (entries of evicted positions unused)
+            sc[:, :t + 1] += row
+            self.win_rows.append(row)
+            if len(self.win_rows) > self.window:
+                old = self.win_rows.popleft()
+                sc[:, :old.shape[1]] -= old
+        elif name == "tova":
+            seen = np.concatenate([self.cached[:, :t], np.ones((self.n_heads, 1), dtype=bool)], axis=1)
+            self.tova_row = row * seen
+
+    def _keys(self, d: int) -> np.ndarray:
+        """Eviction keys of positions ``0..d`` per head: smallest evicted first; protected
+        = ``_BIG`` (positions not cached are set above it by the caller)."""
+        name, K, n = self.name, self.n_heads, d + 1
+        pos = np.arange(n, dtype=np.int64)[None, :]
+        if name == "streaming-llm":
+            return np.where(pos < self.sinks[:, None], _BIG, pos).astype(np.int64)
+        if name in ("h2o", "rmm", "lru"):
+            key = self.score[:, :n].copy()
+            if name != "lru":
+                key[pos >= n - self.recent[:, None]] = _BIG
+            return key
+        if name == "tova":
+            lay = self.tova_row.reshape(self.layers, self.kv_heads, n).sum(axis=1)
+            key = np.repeat(lay, self.kv_heads, axis=0)
+            key[self.budgets >= 1, d] = _BIG
+            return key
+        # snapkv: pool the window's votes over the candidates in cache order
+        w = np.minimum(self.window, self.budgets)
+        cand = self.cached[:, :n] & (pos < n - w[:, None])
+        n_c = cand.sum(axis=1)
+        order = np.argsort(~cand, axis=1, kind="stable")
+        inside = np.arange(n)[None, :] < n_c[:, None]
+        vals = np.where(inside, np.take_along_axis(self.score[:, :n], order, axis=1), 0)
+        key = np.full((K, n), _BIG, dtype=np.int64)
+        np.put_along_axis(key, order, np.where(inside, _pool(vals, self.kernel), _BIG), axis=1)
+        return key
+
+    def _decide(self, d: int) -> list:
+        """Step ``d`` joins the cache; evict down to the budget (module doc)."""
+        self.decided = d + 1
+        self.cached[:, d] = True
+        if d + 1 < self.prefill or d == self.steps - 1:
+            return []
+        n_head = self.cached[:, :d + 1].sum(axis=1)
+        caps = self.budgets
+        if self.share == "layer":
+            n_head = n_head.reshape(self.layers, self.kv_heads).sum(axis=1)
+            caps = caps.reshape(self.layers, self.kv_heads).sum(axis=1)
+        excess = np.maximum(n_head - caps, 0)
+        m = int(excess.max(initial=0))
+        if m == 0:
+            return []
+        key = np.where(self.cached[:, :d + 1], self._keys(d), _BIG + 1)
+        n, Hh = d + 1, self.kv_heads
+        if self.share == "layer":     # position-major: ties go to the oldest position, then head
+            key = key.reshape(self.layers, Hh, n).transpose(0, 2, 1).reshape(self.layers, n * Hh)
+        if m == 1:
+            idx = np.argmin(key, axis=1)[:, None]
+        else:
+            idx = np.argsort(key, axis=1, kind="stable")[:, :m]
+        sel = np.arange(m)[None, :] < excess[:, None]
+        chosen = np.take_along_axis(key, idx, axis=1)[sel]
+        if (chosen > _BIG).any():
+            raise InternalError("kv-evict", f"{self.name}: evicted a position that is not cached")
+        if (chosen == _BIG).any():
+            raise InternalError("kv-evict", f"{self.name}: the protected positions exceed the budget")
+        group = np.nonzero(sel)[0]
+        flat = idx[sel]
+        if self.share == "layer":
+            heads, positions = group * Hh + flat % Hh, flat // Hh
+        else:
+            heads, positions = group, flat
+        self.cached[heads, positions] = False
+        self.last_step[heads, positions] = d
+        return [(d, heads, positions)]
+
+
+def simulate_kv(trace: AttentionTrace, policy: str, budget, *, prefill: int = 0, share: str = "head",
+                sinks: int = 4, recent: int | None = None, window: int | None = None, kernel: int = 5,
                 lag: float = 0, weighting: str = "correct") -> KVResult:
     """Replay ``policy`` (one of :data:`KV_POLICIES`) on every head of ``trace`` with at most
-    ``budget`` past positions per head from step ``prefill`` on (module doc).
+    ``budget`` past positions per head (or per-layer budgets, ``share``: module doc) from step
+    ``prefill`` on: drives a :class:`KVPolicy` with the trace's rows.
 
     >>> from memopt.cache.kv_trace import make_attention_trace
     >>> a = [[[[8, 0, 0, 0], [6, 2, 0, 0], [5, 1, 2, 0], [4, 3, 0, 1]]]]
@@ -214,126 +465,20 @@ def simulate_kv(trace: AttentionTrace, policy: str, budget, *, prefill: int = 0,
     """
     if not isinstance(trace, AttentionTrace):
         raise OptionError(f"simulate_kv needs an AttentionTrace, got {type(trace).__name__}")
-    if not isinstance(policy, str) or policy.strip().lower() not in KV_POLICIES:
-        raise OptionError(f"unknown KV policy {policy!r}; choose from {', '.join(KV_POLICIES)}")
-    name = policy.strip().lower()
-    B = check_budget(budget, trace)
-    P = check_prefill(prefill, trace)
-    T, K, Hh = trace.steps, trace.n_heads, trace.kv_heads
-    params: dict = {}
-    if name in ("h2o", "rmm"):
-        r = B // 2 if recent is None else recent
-        if isinstance(r, bool) or not isinstance(r, (int, np.integer)) or not 0 <= r <= B:
-            raise OptionError(f"recent must be an integer in [0, budget = {B}], got {r!r}")
-        params["recent"] = r = int(r)
-    if name == "streaming-llm":
-        if isinstance(sinks, bool) or not isinstance(sinks, (int, np.integer)) or sinks < 0:
-            raise OptionError(f"sinks must be a non-negative integer, got {sinks!r}")
-        params["sinks"] = n_sink = min(int(sinks), B)
-    if name == "snapkv":
-        w = min(32, max(1, B // 2)) if window is None else window
-        if isinstance(w, bool) or not isinstance(w, (int, np.integer)) or not 1 <= w <= max(B, 1):
-            raise OptionError(f"window must be an integer in [1, budget = {B}], got {w!r}")
-        if isinstance(kernel, bool) or not isinstance(kernel, (int, np.integer)) or kernel < 1 or kernel % 2 == 0:
-            raise OptionError(f"kernel must be an odd positive integer, got {kernel!r}")
-        w, kk = int(w), int(kernel)
-        params["window"], params["kernel"] = w, kk
-    if name == "rmm":
-        if isinstance(lag, bool) or not isinstance(lag, (int, float, np.integer, np.floating)) or \
-                (isinstance(lag, float) and math.isnan(lag)) or lag < 0 or \
-                (isinstance(lag, float) and not lag.is_integer() and not math.isinf(lag)):
-            raise OptionError(f"lag must be a non-negative integer or math.inf, got {lag!r}")
-        if weighting not in WEIGHTINGS:
-            raise OptionError(f"unknown weighting {weighting!r}; choose from {', '.join(WEIGHTINGS)}")
-        H = T if math.isinf(lag) else int(min(lag, T))
-        params["lag"] = "inf" if math.isinf(lag) else int(lag)
-        params["weighting"] = weighting
-        wts = trace.correct.astype(np.int64) if weighting == "correct" else np.ones(T, dtype=np.int64)
-
+    pol = KVPolicy(policy, steps=trace.steps, layers=trace.layers, kv_heads=trace.kv_heads, budget=budget,
+                   prefill=prefill, share=share, sinks=sinks, recent=recent, window=window,
+                   kernel=kernel, lag=lag, weighting=weighting)
     A = trace.heads()
-    cached = np.zeros((K, T), dtype=bool)          # past positions in the cache
-    last = np.full((K, T), T - 1, dtype=np.int64)
-    score = np.zeros((K, T), dtype=np.int64)       # h2o / rmm accumulated, lru last use
-    look = np.zeros((K, T), dtype=np.int64)        # rmm: rows t+1 .. t+H
-    win = np.zeros((K, T), dtype=np.int64)         # snapkv: sum of the last `window` rows
-    pos = np.arange(T, dtype=np.int64)
-    retained = np.zeros(K, dtype=np.int64)
-    if name == "rmm":
-        for s in range(1, min(H, T - 1) + 1):
-            look[:, :s + 1] += wts[s] * A[:, s, :s + 1]
-    for t in range(T):
-        row = A[:, t, :t + 1].astype(np.int64)
-        vis = cached[:, :t]
-        if t >= P:
-            retained += (row[:, :t] * vis).sum(axis=1)
-        # --- observe the step (only what the cache shows: cached positions and t itself)
-        seen = np.concatenate([vis, np.ones((K, 1), dtype=bool)], axis=1)
-        if name == "h2o":
-            score[:, :t + 1] += row * seen
-        elif name == "rmm":
-            score[:, :t + 1] += wts[t] * row * seen
-            if t >= 1 and H > 0:     # look holds rows t+1 .. t+H
-                look[:, :t + 1] -= wts[t] * A[:, t, :t + 1]
-                if t + H < T:
-                    s = t + H
-                    look[:, :s + 1] += wts[s] * A[:, s, :s + 1]
-        elif name == "lru":
-            n_vis = seen.sum(axis=1)
-            tot = (row * seen).sum(axis=1)
-            used = seen & (row * n_vis[:, None] >= tot[:, None])
-            score[:, :t + 1] = np.where(used, t, score[:, :t + 1])
-            score[:, t] = t
-        elif name == "snapkv":
-            win[:, :t + 1] += row * seen
-            s = t - params["window"]
-            if s >= 0:      # row s leaves the window (entries of evicted positions are unused)
-                win[:, :s + 1] -= A[:, s, :s + 1]
-        cached[:, t] = True
-        n = int(cached[0, :t + 1].sum())      # the same count on every head
-        if t + 1 < P or n <= B or t == T - 1:
-            continue
-        excess = n - B
-        # --- keys: smallest evicted first; protected = _BIG; not cached = more than _BIG
-        if name == "streaming-llm":
-            key = pos[None, :t + 1].repeat(K, axis=0).copy()
-            key[:, :n_sink] = _BIG
-        elif name in ("h2o", "rmm"):
-            key = score[:, :t + 1] + (look[:, :t + 1] if name == "rmm" else 0)
-            key = key.copy()
-            if r:
-                key[:, max(0, t + 1 - r):] = _BIG
-        elif name == "tova":
-            lay = row.reshape(trace.layers, Hh, t + 1).sum(axis=1)
-            key = np.repeat(lay, Hh, axis=0)
-            if B >= 1:
-                key[:, t] = _BIG
-        elif name == "lru":
-            key = score[:, :t + 1].copy()
-        elif name == "snapkv":
-            w = min(params["window"], B)
-            cand = cached[:, :t + 1].copy()
-            if w:
-                cand[:, t + 1 - w:] = False
-            n_c = int(cand[0].sum())
-            order = np.argsort(~cand, axis=1, kind="stable")[:, :n_c]
-            vals = np.take_along_axis(win[:, :t + 1], order, axis=1)
-            key = np.full((K, t + 1), _BIG, dtype=np.int64)
-            np.put_along_axis(key, order, _pool(vals, kk), axis=1)
-        key = np.where(cached[:, :t + 1], key, _BIG + 1)
-        if excess == 1:
-            ev = np.argmin(key, axis=1)[:, None]
-        else:
-            ev = np.argsort(key, axis=1, kind="stable")[:, :excess]
-        chosen = np.take_along_axis(key, ev, axis=1)
-        if (chosen > _BIG).any():
-            raise InternalError("kv-evict", f"{name}: evicted a position that is not cached")
-        if (chosen == _BIG).any():
-            raise InternalError("kv-evict", f"{name}: the protected positions exceed the budget {B}")
-        np.put_along_axis(cached, ev, False, axis=1)
-        np.put_along_axis(last, ev, t, axis=1)
-    check = schedule_retained(trace, last, B, P)
-    if not np.array_equal(check, retained):
-        raise InternalError("kv-retained", f"{name}: simulated retained attention disagrees with the "
-                                           "schedule's")
-    total = total_mass(trace, P)
-    return KVResult(name, B, P, T, K, int(retained.sum()), int(total.sum()), params, retained, last)
+    for t in range(trace.steps):
+        pol.observe(A[:, t, :t + 1], trace.correct[t])
+    pol.finish()
+    return policy_result(pol, trace)
+
+
+def policy_result(pol: KVPolicy, trace: AttentionTrace) -> KVResult:
+    """The :class:`KVResult` of a finished :class:`KVPolicy` (its committed schedule), with the
+    retained attention of ``trace``'s rows, checked by :func:`schedule_retained`."""
+    per = schedule_retained(trace, pol.last_step, pol.budgets, pol.prefill, pol.share)
+    total = total_mass(trace, pol.prefill)
+    return KVResult(pol.name, pol.budget, pol.prefill, trace.steps, trace.n_heads, int(per.sum()),
+                    int(total.sum()), dict(pol.params), per, pol.last_step.copy())

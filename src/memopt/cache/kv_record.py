@@ -33,7 +33,19 @@ import numpy as np
 from memopt.errors import OptionError
 from memopt.cache.kv_trace import DEFAULT_SCALE, AttentionTrace, make_attention_trace
 
-__all__ = ["attention_pass", "record_attention", "load_smollm2", "smollm2_dir"]
+__all__ = ["attention_pass", "record_attention", "load_smollm2", "smollm2_dir", "quantise_heads",
+           "kv_groups"]
+
+
+def quantise_heads(att: np.ndarray, kv_heads: int, scale: int = DEFAULT_SCALE) -> np.ndarray:
+    """Float attention ``(lead, n_heads, *rest)`` -> int64 ``(lead, kv_heads, *rest)``: each query head's
+    probability rounded to units of ``1 / scale`` (``np.rint`` of the float32 value times
+    ``scale``), then the ``n_heads // kv_heads`` query heads of each KV head summed (module
+    doc). The one quantisation of the trace recorder and of :mod:`memopt.cache.kv_eval`."""
+    att = np.asarray(att)
+    lead, n_heads, rest = att.shape[0], att.shape[1], att.shape[2:]
+    q = np.rint(np.clip(att, 0.0, 1.0) * scale).astype(np.int64)
+    return q.reshape(lead, kv_heads, n_heads // kv_heads, *rest).sum(axis=2)
 
 
 def attention_pass(model, input_ids) -> tuple[np.ndarray, np.ndarray]:
@@ -54,7 +66,8 @@ def attention_pass(model, input_ids) -> tuple[np.ndarray, np.ndarray]:
     return arr, pred
 
 
-def _group(model, n_heads: int) -> tuple[int, int]:
+def kv_groups(model, n_heads: int) -> tuple[int, int]:
+    """``(kv_heads, group)`` of ``model`` with ``n_heads`` query heads."""
     cfg = getattr(model, "config", None)
     kv = getattr(cfg, "num_key_value_heads", None) or n_heads
     if n_heads % kv:
@@ -77,9 +90,8 @@ def record_attention(model, tokenizer, text: str, n_tokens: int, *, scale: int =
     ids = [int(i) for i in ids[:n_tokens + 1]]
     att, pred = attention_pass(model, ids[:n_tokens])
     L, Hq, T, _ = att.shape
-    kv, g = _group(model, Hq)
-    q = np.rint(np.clip(att, 0.0, 1.0) * scale).astype(np.int64)
-    q = np.tril(q.reshape(L, kv, g, T, T).sum(axis=2))
+    kv, g = kv_groups(model, Hq)
+    q = np.tril(quantise_heads(att, kv, scale))
     correct = pred == np.asarray(ids[1:], dtype=np.int64)
     meta = {"text": "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()}
     if model_name:

