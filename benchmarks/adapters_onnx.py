@@ -2,19 +2,21 @@
 
     python benchmarks/adapters_onnx.py [--time-limit S] [--no-zoo] [--markdown]
 
-Models: the branching models built with ``onnx.helper`` in ``tests/adapters/_onnx_models.py``
-(inception-like branches, a long skip, a diamond, a chain of views) and, when torch is
-installed, every model of ``memopt.zoo`` exported to ONNX (opset 17, TorchScript exporter).
+Models: the models built with ``onnx.helper`` in ``tests/adapters/_onnx_models.py``
+(inception-like branches, a long skip, a diamond, a chain of views, two branches one of which
+is a convolution holding scratch) and, when torch is installed, every model of ``memopt.zoo``
+exported to ONNX (opset 17, TorchScript exporter).
 
 Columns, per model: ops; resident bytes (weights and inputs, the same in every order; what an
-order changes is the rest); the peak of onnxruntime's default order (memopt's model = onnxruntime's
+order changes is the rest); how many nodes hold a measured scratch workspace; the peak of onnxruntime's default order (memopt's model = onnxruntime's
 planner simulated, and measured); the same for memopt's order written to the file and run with
 ``ExecutionOrder.PRIORITY_BASED``; the lower bound and status of memopt's plan; scheduling
 seconds; whether the outputs are bitwise identical; ``exact``: ``yes`` when the bytes measured
-after every kernel equal the model's in both runs and no kernel held scratch memory, ``kernels``
-when they are equal after every kernel but some kernel held scratch inside its call (a
-convolution's buffers: the arena's high-water mark, rounded, is then above the model by
-``scratch``). Memory in bytes; see docs/adapters.md for the measurement.
+after every kernel equal the model's in both runs and the arena's own high-water mark equals
+the model's (each kernel's scratch is its measured workspace), ``kernels`` when only the
+former holds; ``scratch``: the largest scratch the arena saw above its kernel-boundary samples
+(chunk bytes). Memory in bytes (peaks include the convolutions' scratch); see
+docs/adapters.md for the measurement.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ def _models(tmp: str, zoo: bool):
     import _onnx_models as M
     import onnx
 
-    for name, fn in M.ALL.items():
+    for name, fn in {**M.ALL, "conv_scratch": M.conv_scratch}.items():
         path = os.path.join(tmp, f"{name}.onnx")
         onnx.save(fn(), path)
         yield name, path
@@ -58,6 +60,43 @@ def _models(tmp: str, zoo: bool):
         yield f"zoo/{name}", path
 
 
+HEAD = ["model", "ops", "resident", "workspaces", "ort modelled", "ort measured", "memopt modelled", "memopt measured",
+        "saved", "lower bound", "status", "seconds", "bitwise", "exact", "scratch"]
+
+
+def onnx_rows(*, time_limit: float = 10.0, zoo: bool = True, progress=None) -> tuple[list[dict], list[str]]:
+    """One row (``HEAD`` keys, plus the :class:`ReorderReport` as ``report``) per model, and
+    notes for the models that could not be run. ``progress(row)`` is called as each is done."""
+    from memopt.adapters import onnx as adapter
+    from memopt.errors import MemoptError
+
+    rows: list[dict] = []
+    notes: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="memopt-onnx-bench-") as tmp:
+        for name, path in _models(tmp, zoo):
+            if isinstance(path, Exception):
+                notes.append(f"{name}: export failed ({type(path).__name__})")
+                continue
+            try:
+                r = adapter.reorder(path, os.path.join(tmp, "out.onnx"), time_limit=time_limit)
+            except MemoptError as exc:
+                notes.append(f"{name}: {' '.join(str(exc).split())[:160]}")
+                continue
+            if r.kernels_equal_before and r.kernels_equal_after:
+                exact = "yes" if (r.exact_before and r.exact_after) else "kernels"
+            else:
+                exact = "NO"
+            row = dict(zip(HEAD, [name, r.ops, r.resident_bytes, r.workspace_nodes, r.modelled_before, r.measured_before,
+                                  r.modelled_after, r.measured_after, r.measured_before - r.measured_after, r.lower_bound,
+                                  r.status, f"{r.seconds:.3f}", "yes" if r.bitwise_equal else "NO", exact,
+                                  max(r.scratch_before, r.scratch_after)]))
+            row["report"] = r
+            rows.append(row)
+            if progress is not None:
+                progress(row)
+    return rows, notes
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--time-limit", type=float, default=10.0)
@@ -65,39 +104,16 @@ def main(argv=None) -> int:
     ap.add_argument("--markdown", action="store_true", help="print a Markdown table")
     args = ap.parse_args(argv)
 
-    from memopt.adapters import onnx as adapter
     from memopt.cli._output import print_table
-    from memopt.errors import MemoptError
 
-    head = ["model", "ops", "resident", "ort modelled", "ort measured", "memopt modelled", "memopt measured", "saved",
-            "lower bound", "status", "seconds", "bitwise", "exact", "scratch"]
-    rows = []
-    notes = []
-    with tempfile.TemporaryDirectory(prefix="memopt-onnx-bench-") as tmp:
-        for name, path in _models(tmp, not args.no_zoo):
-            if isinstance(path, Exception):
-                notes.append(f"{name}: export failed ({type(path).__name__})")
-                continue
-            try:
-                r = adapter.reorder(path, os.path.join(tmp, "out.onnx"), time_limit=args.time_limit)
-            except MemoptError as exc:
-                notes.append(f"{name}: {' '.join(str(exc).split())[:160]}")
-                continue
-            if r.kernels_equal_before and r.kernels_equal_after:
-                exact = "yes" if (r.scratch_before == 0 and r.scratch_after == 0) else "kernels"
-            else:
-                exact = "NO"
-            saved = r.measured_before - r.measured_after
-            rows.append([name, r.ops, r.resident_bytes, r.modelled_before, r.measured_before, r.modelled_after, r.measured_after,
-                         saved, r.lower_bound, r.status, f"{r.seconds:.3f}", "yes" if r.bitwise_equal else "NO",
-                         exact, max(r.scratch_before, r.scratch_after)])
+    rows, notes = onnx_rows(time_limit=args.time_limit, zoo=not args.no_zoo)
     if args.markdown:
-        print("| " + " | ".join(head) + " |")
-        print("|" + "---|" * len(head))
+        print("| " + " | ".join(HEAD) + " |")
+        print("|" + "---|" * len(HEAD))
         for row in rows:
-            print("| " + " | ".join(str(c) for c in row) + " |")
+            print("| " + " | ".join(str(row[c]) for c in HEAD) + " |")
     else:
-        print_table(rows, header=head, align="lrrrrrrrrlrlll")
+        print_table([[row[c] for c in HEAD] for row in rows], header=HEAD, align="lrrrrrrrrrlrlll")
     for n in notes:
         print("note:", n)
     return 0

@@ -190,6 +190,30 @@ def resident_views():
     return m
 
 
+def conv_scratch(big: int = 1024, channels: int = 16, side: int = 16):
+    """Two independent branches, both graph outputs: a MatMul with a large result and a 3x3
+    convolution with a small one, whose kernel (MLAS) holds a working buffer of 16384 floats
+    per thread inside its call. Running the convolution first keeps its scratch away from the
+    large result; the file lists the MatMul last, so onnxruntime's default order runs it first."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(0)
+    wc = onnx.numpy_helper.from_array(rng.standard_normal((channels, channels, 3, 3)).astype(np.float32), "wc")
+    wm = onnx.numpy_helper.from_array(rng.standard_normal((32, big)).astype(np.float32), "wm")
+    nodes = [helper.make_node("Conv", ["x", "wc"], ["y"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("MatMul", ["z", "wm"], ["big"], name="matmul")]
+    g = helper.make_graph(nodes, "conv_scratch",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, channels, side, side]),
+                           helper.make_tensor_value_info("z", TensorProto.FLOAT, [64, 32])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, channels, side, side]),
+                           helper.make_tensor_value_info("big", TensorProto.FLOAT, [64, big])], [wc, wm])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], producer_name="memopt-tests")
+    m.ir_version = 8
+    onnx.checker.check_model(m, full_check=True)
+    return m
+
+
 BRANCHING = {"inception": inception, "long_skip": long_skip, "diamond": diamond}
 ALL = {**BRANCHING, "views": views_chain, "edges": edge_cases}
 

@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 import memopt  # noqa: E402
 from memopt.adapters import inductor  # noqa: E402
 from memopt.core.program import Program  # noqa: E402
-from memopt.errors import MemoptError, ScheduleError  # noqa: E402
+from memopt.errors import InternalError, MemoptError, ScheduleError  # noqa: E402
 
 
 class Branching(torch.nn.Module):
@@ -73,6 +73,20 @@ def test_inductor_estimate_misses_exactly_the_library_transient(case):
     _, _, _, report = case
     assert report.inductor_estimate is not None
     assert report.inductor_estimate == report.stock_peak_without_transients < report.modelled_peak_stock
+
+
+def test_estimate_difference_is_itemised_exactly(case):
+    _, _, cap, report = case
+    diffs = report.estimate_differences
+    assert diffs == inductor.attribute_estimate(cap)
+    assert [d.cause for d in diffs] == list(inductor.ESTIMATE_CAUSES) + ["unattributed"]
+    # estimate + the itemised differences = the stock program's peak = the measured one
+    assert report.inductor_estimate + sum(d.bytes for d in diffs) == report.modelled_peak_stock == report.measured_peak_stock
+    by_cause = {d.cause: d.bytes for d in diffs}
+    assert by_cause["unattributed"] == 0
+    # on this model the whole difference is the convolution's library transient
+    assert by_cause["library transients"] == report.modelled_peak_stock - report.inductor_estimate > 0
+    assert all(b == 0 for c, b in by_cause.items() if c != "library transients")
 
 
 def test_optimize_is_bitwise_equal_exact_and_lower_on_a_branching_model(case):
@@ -135,3 +149,66 @@ def test_training_step_forward_and_backward_programs_are_exact_and_bitwise():
         assert rep.bitwise_equal, kind
         assert rep.measured_peak_stock == rep.modelled_peak_stock, kind
         assert rep.measured_peak == rep.modelled_peak <= rep.modelled_peak_stock, kind
+        # every statement's measured net allocation is the modelled one (no stray `del`)
+        assert cap.mismatches == [], kind
+        # Inductor's estimate is itemised to the byte (a backward counts the saved activations)
+        diffs = rep.estimate_differences
+        assert rep.inductor_estimate + sum(d.bytes for d in diffs) == rep.modelled_peak_stock, kind
+        assert diffs[-1].cause == "unattributed" and diffs[-1].bytes == 0, kind
+
+
+# --------------------------------------------------------------------- hand-written wrappers (no compile)
+_WRAPPER_HEAD = """
+import torch
+
+def call(args):
+    x, = args
+    args.clear()
+"""
+
+
+def _capture_of(body: str, args: list, timeline=None, estimate=None) -> inductor.Capture:
+    source = _WRAPPER_HEAD + body
+    program, mismatches = inductor._build_program(source, list(args), name="hand")
+    return inductor.Capture(program=program, source=source, args=list(args), inductor_estimate=estimate,
+                            mismatches=mismatches, inductor_timeline=timeline, _src=inductor._split(source))
+
+
+def test_a_del_frees_its_storage_at_the_del():
+    # the profiling loop must hold no reference of its own to a tensor: the free of buf0 is
+    # recorded at `del buf0`, not later (the training captures' "del attributed nowhere")
+    cap = _capture_of("    buf0 = torch.ops.aten.mul.Tensor(x, x)\n"
+                      "    buf1 = torch.ops.aten.add.Tensor(buf0, x)\n"
+                      "    del buf0\n"
+                      "    return (buf1,)\n", [torch.ones(1024)])
+    assert cap.mismatches == []
+    dele = cap.program.statements[2]
+    assert dele.payload == "del buf0" and any(b.startswith("s:") for b in dele.frees)
+    assert cap.program.peak() == 8192
+    measured, out = cap.measure()
+    assert measured == 8192 and torch.equal(out[0], torch.full((1024,), 2.0))
+
+
+def test_attribute_estimate_on_a_known_timeline():
+    """A wrapper whose in-place add reuses buf0's storage, and the timeline Inductor's estimate
+    would build for it (a freeable saved input of 1024 bytes, buf0 and buf1 counted apart)."""
+    B = inductor.InductorBuffer
+    timeline = inductor.InductorTimeline(3, (B("saved", 1024, 1024, 0, 1, True), B("buf0", 4096, 4096, 0, 1),
+                                             B("buf1", 4096, 4096, 1, 2), B("buf2", 4, 4, 2, -1)))
+    assert timeline.peak() == 1024 + 4096 + 4096
+    cap = _capture_of("    buf0 = torch.ops.aten.mul.Tensor(x, x)\n"
+                      "    buf1 = buf0; del buf0  # reuse\n"
+                      "    torch.ops.aten.add_.Tensor(buf1, x)\n"
+                      "    buf2 = torch.ops.aten.mul.Tensor(buf1[:1], x[:1])\n"
+                      "    del buf1\n"
+                      "    return (buf2,)\n", [torch.ones(1024)], timeline, estimate=9216)
+    assert cap.mismatches == [] and cap.program.peak() == 4100
+    diffs = {d.cause: d for d in inductor.attribute_estimate(cap)}
+    assert {c: d.bytes for c, d in diffs.items() if d.bytes} == {"graph inputs": -1024, "in-place reuse": -4092}
+    assert diffs["graph inputs"].buffers == ("saved",) and diffs["in-place reuse"].buffers == ("buf1=buf0",)
+    assert diffs["unattributed"].bytes == 0
+    # a timeline that does not reproduce the recorded estimate is refused
+    bad = inductor.Capture(program=cap.program, source=cap.source, args=cap.args, inductor_estimate=1,
+                           inductor_timeline=timeline, _src=cap._src)
+    with pytest.raises(InternalError):
+        inductor.attribute_estimate(bad)

@@ -332,6 +332,44 @@ def test_nodes_onnxruntime_expands_cannot_be_measured_but_can_be_reordered(tmp_p
     onnx.checker.check_model(onnx.load(out), full_check=True)
 
 
+# ------------------------------------------------------------------------------ convolution scratch
+def test_conv_workspace_is_measured_per_node(files, tmp_path):
+    path = tmp_path / "conv.onnx"
+    onnx.save(M.conv_scratch(), path)
+    # MLAS's convolution working buffer: 16384 floats (65536 bytes) per thread it uses
+    assert adapter.node_workspaces(path, threads=1) == {"conv": 65536}
+    assert adapter.node_workspaces(path, threads=2) == {"conv": 131072}
+    # MatMul kernels hold no scratch (and are not probed unless asked for)
+    assert adapter.node_workspaces(files["inception"]) == {}
+    assert adapter.node_workspaces(files["inception"], ops={"MatMul"}) == {}
+    graph, mapping = adapter.load(path, workspaces={"conv": 65536})
+    assert graph.op_workspace.tolist() == [65536, 0] and mapping.workspace == {"conv": 65536}
+    with pytest.raises(MemoptError, match="'nope', which is not a node"):
+        adapter.load(path, workspaces={"nope": 1})
+
+
+def test_conv_scratch_modelled_equals_measured_including_the_transient_peak(tmp_path):
+    path = tmp_path / "conv.onnx"
+    onnx.save(M.conv_scratch(), path)
+    ws = adapter.node_workspaces(path)["conv"]          # this machine's thread count decides it
+    rep = adapter.reorder(path, tmp_path / "out.onnx", time_limit=5)
+    resident = 16384 + 8192 + 9216 + 131072              # x, z, conv weight, matmul weight
+    y, big = 16384, 64 * 1024 * 4
+    assert rep.workspace_nodes == 1 and rep.resident_bytes == resident
+    # onnxruntime's default order runs the MatMul first: the conv's scratch lands on top of `big`
+    assert rep.measured_before == rep.modelled_before == rep.peak_before == resident + big + y + ws
+    assert rep.measured_after == rep.modelled_after == rep.peak_after == resident + y + max(ws, big)
+    assert rep.status in ("certified", "optimal") and rep.lower_bound == rep.peak_after
+    # the arena's own high-water mark is the model's (chunk bytes): the scratch is exactly the workspace
+    assert rep.scratch_modelled_before and rep.scratch_modelled_after and rep.exact_before and rep.exact_after
+    assert rep.bitwise_equal and rep.followed_order
+    # without the workspaces the model holds the kernel boundaries only, and the arena disagrees
+    rep0 = adapter.reorder(path, tmp_path / "out0.onnx", time_limit=5, workspaces=False)
+    assert rep0.workspace_nodes == 0 and rep0.kernels_equal_before
+    assert rep0.measured_before == rep0.peak_before == resident + big + y
+    assert rep0.scratch_modelled_before is False and rep0.exact_before is False
+
+
 # ------------------------------------------------------------------------------- torch zoo models
 def test_zoo_models_exported_from_torch(tmp_path):
     """Models of the torch zoo, exported to ONNX: outputs bitwise equal, memory equal to the model
@@ -353,3 +391,5 @@ def test_zoo_models_exported_from_torch(tmp_path):
         assert rep.kernels_equal_before and rep.kernels_equal_after
         assert rep.measured_before == rep.modelled_before and rep.measured_after == rep.modelled_after
         assert rep.measured_after <= rep.measured_before
+        # the convolutions' scratch is each node's measured workspace, at the peak too
+        assert rep.exact_before and rep.exact_after

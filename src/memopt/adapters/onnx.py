@@ -30,6 +30,16 @@ memory patterns off; measured with onnxruntime 1.32, table below, re-checked by 
   the output's bytes during that one node) and :meth:`OnnxMapping.ort_profile` evaluates the
   order exactly as onnxruntime plans it.
 * every other kernel allocates a fresh buffer for each output.
+
+Kernel scratch: onnxruntime's CPU ``Conv`` (MLAS) allocates a working buffer inside its call
+(im2col segments, ``MLAS_CONV_WORKING_BUFFER_SIZE_PER_THREAD`` = 16384 floats per thread) and
+frees it before returning. :func:`node_workspaces` measures it per node (the node alone in a
+fresh session, same settings: the arena's high-water mark above the bytes in use after the
+kernel) and :func:`load` gives it to the node's op as its workspace, so that the model holds the
+run's peak inside kernels too. Example::
+
+    ws = node_workspaces("model.onnx")            # {"/stem/Conv": 131072, ...}
+    graph, mapping = load("model.onnx", workspaces=ws)
 """
 
 from __future__ import annotations
@@ -56,6 +66,7 @@ __all__ = [
     "kernels_equal",
     "load",
     "measure",
+    "node_workspaces",
     "reorder",
     "session_options",
     "write_order",
@@ -67,6 +78,8 @@ ALIAS_OPS = frozenset({"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze"}
 INPLACE_OPS = frozenset({"Relu", "Sigmoid", "Tanh", "LeakyRelu", "Elu", "Selu", "Celu", "HardSigmoid",
                          "Softplus", "Softsign", "ThresholdedRelu", "Softmax", "LogSoftmax", "Clip",
                          "Shrink", "Cast"})
+#: onnxruntime CPU kernels that allocate scratch memory inside their call (measured by :func:`node_workspaces`)
+SCRATCH_OPS = frozenset({"Conv", "ConvTranspose"})
 _SUBGRAPH_OPS = ("If", "Loop", "Scan")
 _PACKED_TYPES = frozenset({"INT4", "UINT4", "FLOAT4E2M1", "INT2", "UINT2"})
 
@@ -107,7 +120,8 @@ class OnnxMapping:
     ``constant`` or ``produced``; ``alias`` maps a produced value modelled as a view to its base
     buffer; ``inplace_nodes`` names the nodes whose kernel may write in place (``INPLACE_OPS``,
     equal sizes, shapes known to onnxruntime); ``conditional_inplace`` those among them whose
-    in-place write depends on the order.
+    in-place write depends on the order; ``workspace`` the scratch bytes of the nodes that hold
+    any while they run (:func:`node_workspaces`).
     ``resident_bytes`` is the constant part of every peak (graph inputs, initializers,
     constants).
     """
@@ -123,6 +137,7 @@ class OnnxMapping:
     conditional_inplace: tuple
     resident_bytes: int
     inplace_nodes: frozenset = frozenset()
+    workspace: dict = field(default_factory=dict)   # node name -> scratch bytes held while it runs
     _nodes: tuple = field(repr=False, default=())
 
     def op_order_from_nodes(self, names: Sequence[str]) -> list[int]:
@@ -136,9 +151,15 @@ class OnnxMapping:
         writes that depend on the order), resident bytes included."""
         return _ort_simulate(self, [self._nodes[self.op_node[v]] for v in order])
 
+    def workspaces(self, order: Sequence[int]) -> list[int]:
+        """Scratch bytes of each op of ``order`` (memopt op ids)."""
+        return [int(self.workspace.get(self.node_names[self.op_node[v]], 0)) for v in order]
+
     def ort_peak(self, order: Sequence[int]) -> int:
+        """The peak of ``order`` as onnxruntime plans it: the bytes in use while each op runs
+        plus its scratch, resident bytes included."""
         prof = self.ort_profile(order)
-        return max([self.resident_bytes] + prof)
+        return max([self.resident_bytes] + [b + w for b, w in zip(prof, self.workspaces(order))])
 
 
 def _dtype_size(elem_type: int, value: str) -> int:
@@ -227,10 +248,11 @@ def _infer(model, path: str):
         raise FormatError(f"{path}: ONNX shape inference failed: {' '.join(str(exc).split())[:300]}") from None
 
 
-def load(path, *, name: str | None = None):
+def load(path, *, name: str | None = None, workspaces: dict | None = None):
     """Read an ONNX model as ``(TensorGraph, OnnxMapping)``.
 
-    Sizes are exact bytes (element size of the data type times the static shape, after ONNX
+    ``workspaces`` (node name -> bytes, e.g. from :func:`node_workspaces`) become the ops'
+    workspaces: bytes held only while the node runs. Sizes are exact bytes (element size of the data type times the static shape, after ONNX
     shape inference); an unknown shape, a non-tensor value, a string tensor or a subgraph
     (If/Loop/Scan) is a :class:`~memopt.errors.FormatError` naming the value or node.
     """
@@ -239,6 +261,12 @@ def load(path, *, name: str | None = None):
     _check_no_subgraphs(model, path)
     if len(model.functions):
         raise FormatError(f"{path}: model-local functions ({model.functions[0].name!r}, ...) are not supported")
+    inferred, ort_static = _shape_inferred(model, path)
+    return _build(inferred, path, name=name, ort_static=ort_static, workspaces=workspaces)
+
+
+def _shape_inferred(model, path: str):
+    """``(model with inferred shapes, values whose shape ONNX's own inference knows)``."""
     inferred = _infer(model, path)
     # onnxruntime plans in-place writes only where its own (ONNX) shape inference knows both shapes
     ort_static = _static_values(inferred)
@@ -248,7 +276,7 @@ def load(path, *, name: str | None = None):
         sym = _symbolic_infer(model)
         if sym is not None and _first_unknown(sym) is None:
             inferred = sym
-    return _build(inferred, path, name=name, ort_static=ort_static)
+    return inferred, ort_static
 
 
 def _static_values(model) -> set:
@@ -287,7 +315,8 @@ def _symbolic_infer(model):
         return None
 
 
-def _build(model, path: str, *, name: str | None = None, ort_static: set | None = None):
+def _build(model, path: str, *, name: str | None = None, ort_static: set | None = None,
+           workspaces: dict | None = None):
     from memopt.core import Op, Tensor, TensorGraph
 
     g = model.graph
@@ -416,6 +445,9 @@ def _build(model, path: str, *, name: str | None = None, ort_static: set | None 
         else:
             unread = v not in alias and v not in read_buffers
             tensors.append(Tensor(v, 0 if v in alias else sizes[v], output=v in out_set or unread))
+    unknown = sorted(set(workspaces or {}) - {n.name for n in nodes})
+    if unknown:
+        raise OptionError(f"{path}: workspace given for {unknown[0]!r}, which is not a node of the model")
     ops = []
     op_node = []
     for i, n in enumerate(nodes):
@@ -429,7 +461,7 @@ def _build(model, path: str, *, name: str | None = None, ort_static: set | None 
             b = alias.get(x)
             if b is not None:
                 ins.append(b)
-        ops.append(Op(n.name, tuple(dict.fromkeys(ins)), n.outputs))
+        ops.append(Op(n.name, tuple(dict.fromkeys(ins)), n.outputs, workspace=int((workspaces or {}).get(n.name, 0))))
         op_node.append(i)
     gname = name if name is not None else (model.graph.name or os.path.splitext(os.path.basename(path))[0])
     graph = TensorGraph.build(tensors, ops, name=gname)
@@ -437,7 +469,8 @@ def _build(model, path: str, *, name: str | None = None, ort_static: set | None 
     mapping = OnnxMapping(path=path, node_names=node_names, op_node=tuple(op_node),
                           constant_nodes=tuple(constant_nodes), sizes=sizes, kind=kind, alias=alias,
                           graph_outputs=outputs, conditional_inplace=tuple(conditional), inplace_nodes=inplace_nodes,
-                          resident_bytes=int(resident), _nodes=tuple(nodes))
+                          resident_bytes=int(resident), workspace={k: int(v) for k, v in (workspaces or {}).items() if v},
+                          _nodes=tuple(nodes))
     return graph, mapping
 
 
@@ -534,6 +567,21 @@ class Measurement:
     arena_high_water: int        # the arena's peak (rounded bytes) since the session started
     sampled_high_water: int      # max over kernels of the arena's rounded bytes in use
     outputs: tuple = field(repr=False, default=())
+    after_kernel_rounded: tuple = ()  # the arena's rounded (chunk) bytes in use after each kernel
+
+    resident: int = 0                 # the model's resident bytes (counted in ``peak``)
+
+    def peak_with(self, workspace: Sequence[int]) -> int:
+        """The run's peak with each kernel's scratch (``workspace[k]`` bytes, in execution
+        order) held on top of the bytes in use after it: the requested bytes sampled at the
+        kernel boundaries plus what the kernel holds inside its call."""
+        return self.resident + max(0, max(r - self.baseline + w for r, w in zip(self.after_kernel, workspace)))
+
+    def scratch_matches(self, workspace: Sequence[int]) -> bool:
+        """The arena's own high-water mark equals ``max_k(rounded bytes after kernel k +
+        workspace[k])``: the scratch the run actually held inside its kernels is the measured
+        per-node workspace, at the kernel that set the peak (chunk bytes, the arena's unit)."""
+        return self.arena_high_water == max(r + w for r, w in zip(self.after_kernel_rounded, workspace))
 
     @property
     def scratch_free(self) -> bool:
@@ -575,27 +623,19 @@ def example_feeds(model, seed: int = 0) -> dict:
     return feeds
 
 
-def measure(model, mapping: OnnxMapping, *, order: str = "priority", feeds: dict | None = None,
-            threads: int | None = None) -> Measurement:
-    """Run ``model`` (a ``ModelProto`` or a path) once in a fresh onnxruntime session and read the
-    arena statistics its profiler records after every kernel (``docs/adapters.md``)."""
+def _profiled_run(model, so, feeds: dict, where: str) -> tuple[list, list]:
+    """Run a ``ModelProto`` once in a fresh CPU session with options ``so`` (profiling on);
+    return ``(outputs, kernel events of the profile, in execution order)``."""
     ort = _require_ort()
-    if not hasattr(model, "graph"):
-        model = _read_model(model)
-    named = _named_copy(model, _unique_names(model))
-    so = session_options(order)
-    if threads is not None:
-        so.intra_op_num_threads = threads
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="memopt-ort-") as tmp:
         so.profile_file_prefix = os.path.join(tmp, "profile")
         try:
-            sess = ort.InferenceSession(named.SerializeToString(), so, providers=["CPUExecutionProvider"])
-            feeds = example_feeds(model) if feeds is None else feeds
+            sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
             outs = sess.run(None, feeds)
         except Exception as exc:  # onnxruntime's own refusal: a kernel it lacks, a bad attribute
-            raise FormatError(f"{mapping.path}: onnxruntime cannot run this model: "
+            raise FormatError(f"{where}: onnxruntime cannot run this model: "
                               f"{' '.join(str(exc).split())[:240]}") from None
         prof_path = sess.end_profiling()
         with open(prof_path, encoding="utf-8") as fh:
@@ -607,6 +647,21 @@ def measure(model, mapping: OnnxMapping, *, order: str = "priority", feeds: dict
         if key not in kernels[0].get("args", {}):
             raise OptionError(f"this onnxruntime ({ort.__version__}) does not record {key!r} in its profile; "
                               "memopt's measurement needs onnxruntime >= 1.20")
+    return outs, kernels
+
+
+def measure(model, mapping: OnnxMapping, *, order: str = "priority", feeds: dict | None = None,
+            threads: int | None = None) -> Measurement:
+    """Run ``model`` (a ``ModelProto`` or a path) once in a fresh onnxruntime session and read the
+    arena statistics its profiler records after every kernel (``docs/adapters.md``)."""
+    if not hasattr(model, "graph"):
+        model = _read_model(model)
+    named = _named_copy(model, _unique_names(model))
+    so = session_options(order)
+    if threads is not None:
+        so.intra_op_num_threads = threads
+    feeds = example_feeds(model) if feeds is None else feeds
+    outs, kernels = _profiled_run(named, so, feeds, mapping.path)
     names = tuple(e["name"][: -len("_kernel_time")] for e in kernels)
     req = tuple(int(e["args"]["mem_bytes_requested_in_use"]) for e in kernels)
     base = req[0] - int(kernels[0]["args"]["mem_requested_in_use_delta"])
@@ -615,7 +670,71 @@ def measure(model, mapping: OnnxMapping, *, order: str = "priority", feeds: dict
     peak = mapping.resident_bytes + max(0, max(req) - base)
     alloc = tuple(int(e["args"]["mem_requested_in_use_delta"]) for e in kernels)
     return Measurement(order=names, after_kernel=req, allocated=alloc, baseline=base, peak=int(peak), arena_high_water=high,
-                       sampled_high_water=max(rounded), outputs=tuple(outs))
+                       sampled_high_water=max(rounded), outputs=tuple(outs), after_kernel_rounded=tuple(rounded),
+                       resident=mapping.resident_bytes)
+
+
+def node_workspaces(model, *, ops=SCRATCH_OPS, threads: int | None = None) -> dict[str, int]:
+    """Scratch bytes each node of type ``ops`` allocates and frees inside its kernel, measured:
+    the node alone in a fresh session with :func:`session_options` (its tensor inputs fed with
+    seeded data, its initializers kept), and its scratch = the arena's high-water mark minus
+    the bytes in use after the kernel (the kernel's outputs). Keyed by unique node name (as
+    :func:`load` names nodes); nodes with no scratch are left out. Nodes with the same type,
+    attributes and input shapes are measured once.
+
+    The arena counts in chunks (requests rounded up to 256 bytes); MLAS requests its
+    convolution working buffer in whole blocks of 16384 floats per thread, so for ``Conv``
+    the chunk bytes are the requested bytes (docs/adapters.md)."""
+    onnx = _require_onnx()
+    from onnx import helper
+
+    path = os.fspath(model) if not hasattr(model, "graph") else "model"
+    if not hasattr(model, "graph"):
+        model = _read_model(model)
+    inferred, _ = _shape_inferred(model, path)
+    g = inferred.graph
+    types = {vi.name: vi.type for vi in list(g.input) + list(g.value_info) + list(g.output)}
+    inits = {i.name: i for i in g.initializer}
+    names = _unique_names(model)
+    consts = {o: n for n in g.node if n.op_type == "Constant" for o in n.output}
+    seen: dict = {}
+    out: dict[str, int] = {}
+    for node, name in zip(g.node, names):
+        if node.op_type not in ops:
+            continue
+        inputs, feeds, keep, extra_nodes = [], {}, [], []
+        rng = np.random.default_rng(0)
+        for x in node.input:
+            if not x or x in feeds:
+                continue
+            if x in inits:
+                keep.append(inits[x])
+            elif x in consts:
+                extra_nodes.append(consts[x])
+            else:
+                if x not in types or not _static(types[x]):
+                    raise FormatError(f"{path}: input {x!r} of node {name!r} has no static shape")
+                tt = types[x].tensor_type
+                inputs.append(helper.make_value_info(x, types[x]))
+                dt = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
+                feeds[x] = rng.standard_normal([d.dim_value for d in tt.shape.dim]).astype(dt)
+        # the scratch depends on the kernel, its attributes and its input shapes, not on the values
+        key = (node.op_type, tuple(a.SerializeToString(deterministic=True) for a in node.attribute),
+               tuple((f.dtype.str, f.shape) for f in feeds.values()), tuple((i.data_type, tuple(i.dims)) for i in keep),
+               tuple(n.SerializeToString(deterministic=True) for n in extra_nodes))
+        if key not in seen:
+            outputs = [helper.make_value_info(o, types[o]) for o in node.output if o]
+            single = helper.make_model(helper.make_graph(extra_nodes + [node], "memopt-workspace", inputs, outputs, keep),
+                                       opset_imports=model.opset_import, ir_version=model.ir_version)
+            so = session_options("priority")
+            if threads is not None:
+                so.intra_op_num_threads = threads
+            _, kernels = _profiled_run(single, so, feeds, f"{path}: node {name!r}")
+            args = kernels[-1]["args"]
+            seen[key] = max(0, int(args["mem_in_use_peak"]) - int(args["mem_bytes_in_use"]))
+        if seen[key]:
+            out[name] = seen[key]
+    return out
 
 
 def bitwise_equal(a: Sequence, b: Sequence) -> bool:
@@ -657,12 +776,15 @@ class ReorderReport:
     kernels_equal_before: bool | None = None  # measured bytes after every kernel == the modelled ones, to the byte
     kernels_equal_after: bool | None = None
     scratch_before: int | None = None    # arena high-water above the largest kernel-boundary sample (rounded
-    scratch_after: int | None = None     # bytes): kernel-internal scratch the model does not hold; 0 = none
-    exact_before: bool | None = None     # kernels_equal and no scratch: measured_* is the run's exact peak
+    scratch_after: int | None = None     # bytes): kernel-internal scratch; 0 = none
+    scratch_modelled_before: bool | None = None  # the arena's high-water mark = max over kernels of the rounded
+    scratch_modelled_after: bool | None = None   # bytes after it + its measured workspace (node_workspaces)
+    exact_before: bool | None = None     # kernels_equal and scratch_modelled: measured_* is the run's exact peak
     exact_after: bool | None = None
     followed_order: bool | None = None   # onnxruntime executed the written node order
     conditional_inplace: int = 0
     resident_bytes: int = 0              # graph inputs, initializers, constants: the same in every order
+    workspace_nodes: int = 0             # nodes with a measured scratch workspace in the model
     order: tuple = field(repr=False, default=())
 
     def to_dict(self) -> dict:
@@ -698,7 +820,7 @@ def write_order(model, mapping: OnnxMapping, op_order: Sequence[int], out_path: 
 
 
 def reorder(path, out_path, time_limit: float = 10.0, *, measure_runs: bool = True, method: str = "auto",
-            seed: int = 0) -> ReorderReport:
+            seed: int = 0, workspaces: bool | None = None) -> ReorderReport:
     """Schedule an ONNX model's nodes with memopt and write the reordered model to ``out_path``.
 
     The baseline ("before") is onnxruntime's default execution order when ``measure_runs``
@@ -707,6 +829,8 @@ def reorder(path, out_path, time_limit: float = 10.0, *, measure_runs: bool = Tr
     planner — is above the baseline's, in which case the baseline order is written: the output
     is never worse than the original in the model. With ``measure_runs`` both models are run
     in onnxruntime (same inputs) and their measured peaks and outputs compared.
+    ``workspaces`` (default: ``measure_runs``) measures the scratch of every ``SCRATCH_OPS``
+    node first (:func:`node_workspaces`) and schedules with it as the op's workspace.
     """
     import memopt
     from memopt.core import peak as model_peak
@@ -714,7 +838,8 @@ def reorder(path, out_path, time_limit: float = 10.0, *, measure_runs: bool = Tr
     path, out_path = os.fspath(path), os.fspath(out_path)
     if os.path.exists(out_path) and os.path.exists(path) and os.path.samefile(path, out_path):
         raise OptionError(f"output {out_path!r} is the input file; refusing to overwrite it")
-    graph, mapping = load(path)
+    ws = node_workspaces(path) if (measure_runs if workspaces is None else workspaces) else None
+    graph, mapping = load(path, workspaces=ws)
     if graph.num_ops == 0:
         raise FormatError(f"{path}: the model has no nodes to schedule")
     model = _read_model(path)
@@ -758,18 +883,21 @@ def reorder(path, out_path, time_limit: float = 10.0, *, measure_runs: bool = Tr
                seconds=round(seconds, 6),
                kept_baseline=kept, modelled_before=mapping.ort_peak(base_order),
                modelled_after=mapping.ort_peak(order), conditional_inplace=len(mapping.conditional_inplace),
-               resident_bytes=mapping.resident_bytes,
+               resident_bytes=mapping.resident_bytes, workspace_nodes=len(mapping.workspace),
                order=tuple(mapping.node_names[mapping.op_node[v]] for v in order))
     if measure_runs:
         after = measure(written, mapping, order="priority")
-        rep.update(measured_before=before.peak, measured_after=after.peak,
+        ws_before = [mapping.workspace.get(n, 0) for n in before.order]
+        ws_after = [mapping.workspace.get(n, 0) for n in after.order]
+        rep.update(measured_before=before.peak_with(ws_before), measured_after=after.peak_with(ws_after),
                    bitwise_equal=bitwise_equal(before.outputs, after.outputs),
                    followed_order=tuple(after.order) == rep["order"])
-        for tag, o, m in (("before", base_order, before), ("after", order, after)):
+        for tag, o, m, w in (("before", base_order, before, ws_before), ("after", order, after, ws_after)):
             eq = kernels_equal(mapping, o, m)
             rep[f"kernels_equal_{tag}"] = eq
             rep[f"scratch_{tag}"] = m.arena_high_water - m.sampled_high_water
-            rep[f"exact_{tag}"] = eq and m.scratch_free
+            rep[f"scratch_modelled_{tag}"] = m.scratch_matches(w)
+            rep[f"exact_{tag}"] = eq and m.scratch_matches(w)
     return ReorderReport(**rep)
 
 

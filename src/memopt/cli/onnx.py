@@ -64,9 +64,9 @@ def cmd_reorder(args) -> int:
             ["lower_bound", fmt_bytes(rep.lower_bound), f"status {rep.status}, {rep.seconds:.3f} s"]]
     if rep.measured_before is not None:
         rows += [["measured_before", fmt_bytes(rep.measured_before), "onnxruntime, default order, "
-                  + _how(rep.kernels_equal_before, rep.scratch_before)],
+                  + _how(rep.kernels_equal_before, rep.scratch_before, rep.scratch_modelled_before)],
                  ["measured_after", fmt_bytes(rep.measured_after), "onnxruntime, file order, "
-                  + _how(rep.kernels_equal_after, rep.scratch_after)],
+                  + _how(rep.kernels_equal_after, rep.scratch_after, rep.scratch_modelled_after)],
                  ["bitwise_equal", str(rep.bitwise_equal).lower(), "outputs of both runs, raw bytes"]]
     print_table(rows, align="lrl")
     if rep.conditional_inplace:
@@ -75,10 +75,12 @@ def cmd_reorder(args) -> int:
     return 0
 
 
-def _how(equal: bool, scratch: int) -> str:
+def _how(equal: bool, scratch: int, scratch_modelled: bool | None) -> str:
     text = "= model after every kernel" if equal else "DIFFERS from the model at some kernel"
-    if scratch:
-        text += f"; kernel scratch not modelled: arena high-water +{fmt_bytes(scratch)} (rounded)"
+    if scratch and scratch_modelled:
+        text += f"; kernel scratch (up to {fmt_bytes(scratch)}) = the modelled workspaces"
+    elif scratch:
+        text += f"; kernel scratch NOT as modelled: arena high-water +{fmt_bytes(scratch)} (rounded)"
     return text
 
 
