@@ -33,3 +33,17 @@ def pytest_sessionstart(session):
     if os.environ.get("CI") and not (SHARED / "data").is_dir():
         raise pytest.UsageError(f"CI is set but the shared data is missing at {SHARED / 'data'}; "
                                 "the tests on published graphs and DTR traces would all be skipped")
+
+
+@pytest.fixture(scope="module")
+def tiny_llama():
+    """A tiny randomly initialised Llama (real transformers, no weights) for the KV-cache
+    tests: 2 layers, 6 query heads sharing 2 KV heads, byte vocabulary, eager attention."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(vocab_size=256, hidden_size=48, intermediate_size=96,
+                                   num_hidden_layers=2, num_attention_heads=6, num_key_value_heads=2,
+                                   max_position_embeddings=256)
+    cfg._attn_implementation = "eager"
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM(cfg).eval()

@@ -343,16 +343,6 @@ class ByteTokenizer:
         return list(text.encode("utf-8"))
 
 
-@pytest.fixture(scope="module")
-def tiny_llama():
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    cfg = transformers.LlamaConfig(vocab_size=256, hidden_size=48, intermediate_size=96,
-                                   num_hidden_layers=2, num_attention_heads=6, num_key_value_heads=2,
-                                   max_position_embeddings=256)
-    cfg._attn_implementation = "eager"
-    torch.manual_seed(0)
-    return transformers.LlamaForCausalLM(cfg).eval()
 
 
 TEXT = "The quick brown fox jumps over the lazy dog; attention is all you need. " * 2

@@ -22,14 +22,6 @@ IDS = list(TEXT.encode("utf-8"))[:41]        # 40 steps, each scored on the next
 T = 40
 
 
-@pytest.fixture(scope="module")
-def tiny_llama():
-    cfg = transformers.LlamaConfig(vocab_size=256, hidden_size=48, intermediate_size=96,
-                                   num_hidden_layers=2, num_attention_heads=6, num_key_value_heads=2,
-                                   max_position_embeddings=256)
-    cfg._attn_implementation = "eager"
-    torch.manual_seed(0)
-    return transformers.LlamaForCausalLM(cfg).eval()
 
 
 def cache_kw(model):

@@ -288,7 +288,6 @@ def cmd_verify(args) -> int:
 
 
 def cmd_sweep(args) -> int:
-    import sys
 
     from memopt.cache.sweep import (TraceSource, format_cache_sweep, is_attention_file, parse_capacities,
                                     parse_policies, plot_cache_sweep, run_cache_sweep)
@@ -326,19 +325,13 @@ def cmd_sweep(args) -> int:
                     header=["policy", "capacity", "hits", "misses", "hit rate", "bytes moved"], align="lrrrrr")
         if args.plot:
             print(f"plot: {args.plot}")
-    if result.lost:
-        text = "; ".join(f"{p.policy} @ {p.capacity} ({p.reason})" for p in result.lost[:5])
-        print(f"memopt: error: {len(result.lost)} point(s) lost with their worker: {text}"
-              + (" ..." if len(result.lost) > 5 else ""), file=sys.stderr)
-        return 1
-    return 0
+    return _report_lost([f"{p.policy} @ {p.capacity} ({p.reason})" for p in result.lost])
 
 
 def _cmd_kv_sweep(args) -> int:
     """``memopt cache sweep TRACE`` on a memopt-attention trace: KV policies x budgets x lags."""
     import math
     import os
-    import sys
 
     from memopt.cache.sweep import (AttentionSource, cached_source, format_kv_sweep, parse_kv_policies,
                                     parse_lags, plot_kv_sweep, run_kv_sweep)
@@ -383,12 +376,7 @@ def _cmd_kv_sweep(args) -> int:
                     align="lrrrr")
         if args.plot:
             print(f"plot: {args.plot}" + (f", {lag_plot}" if len(result.lags) > 1 else ""))
-    if result.lost:
-        text = "; ".join(f"{p.label} @ {p.budget} ({p.reason})" for p in result.lost[:5])
-        print(f"memopt: error: {len(result.lost)} point(s) lost with their worker: {text}"
-              + (" ..." if len(result.lost) > 5 else ""), file=sys.stderr)
-        return 1
-    return 0
+    return _report_lost([f"{p.label} @ {p.budget} ({p.reason})" for p in result.lost])
 
 
 def _kv_budget_spec(text: str):
@@ -465,6 +453,17 @@ def cmd_kv(args) -> int:
     print(f"retained attention: {res.fraction:.4%} ({res.retained} of {res.total} units of 1/{trace.scale}, "
           f"summed over {res.heads} heads)")
     return 0
+
+
+def _report_lost(lost: list) -> int:
+    """Exit status of a sweep: 1, with one line naming the first lost points, if a worker died."""
+    import sys
+
+    if not lost:
+        return 0
+    print(f"memopt: error: {len(lost)} point(s) lost with their worker: {'; '.join(lost[:5])}"
+          + (" ..." if len(lost) > 5 else ""), file=sys.stderr)
+    return 1
 
 
 class _ByteTokenizer:
