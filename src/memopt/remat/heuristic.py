@@ -1,40 +1,78 @@
 """A fast recomputation heuristic for graphs too large for the exact models (thousands of ops).
 
 Start: the scheduling core's optimal no-recomputation order (``memopt.schedule(graph)``, or
-the runs of an ``incumbent`` plan) as a *run sequence*. A run sequence is turned into a plan
-by :func:`~memopt.remat.model_common.plan_from_runs` (every production freed right after its
+the runs of an ``incumbent`` plan) as a *run sequence*, and the input order (ops in id
+order, or a topological order) as a second start. A run sequence is turned into a plan by
+:func:`~memopt.remat.model_common.plan_from_runs` (every production freed right after its
 last read, so a sequence is always a valid plan) and evaluated exactly in O(steps + edges).
 
-Moves: at the run where memory is highest, every tensor ``x`` that is live there only to be
-read later (produced before, next read after, not touched by the peak run; its producer
-``u`` below its cap; positive size) is a candidate: *insert a re-run of ``u`` right before
-the next read of ``x``*, which frees ``x`` across the peak (its earlier reads are served by
-the first production, the later ones by the re-run) at the price of ``c(u)`` and of keeping
-``u``'s inputs live until the re-run. Candidates are tried cheapest per byte first, and the
-best move by the question's score is taken:
+Moves: at the run ``i`` where memory is highest, every tensor ``x`` that is live there only
+to be read later (produced before, next read at ``j > i``, not touched by run ``i``; its
+producer ``u`` below its cap; positive size), or that is a graph output held to the end
+(``j`` = the end), is a candidate: *insert a re-run of ``u`` right before run ``j``*, which frees ``x`` after its last read before ``i`` (its earlier reads are
+served by the first production, the later ones by the re-run) at the price of ``c(u)``. The
+re-run needs ``u``'s inputs; an input no longer live at ``j`` is either held until ``j``
+(which can cost more memory than freeing ``x`` saves) or re-made by re-running its own
+producer first, recursively up to :data:`DEPTH` levels (a *chain*). Two rankings
+(:data:`STRATEGIES`):
 
-* ``min_cost`` (limit ``M``): the total overflow ``sum_runs max(0, memory - M)``, then the
-  peak; stop as soon as the plan fits, then drop every re-run that is not needed to fit
-  (costliest first);
-* ``min_peak`` (budget ``B``): the peak, then the number of runs at the peak; only moves
-  within the budget.
+* ``gain``: every chain depth is a candidate, ranked by its estimated drop of the memory
+  above the limit summed over the runs (``-s(x)`` from the last read of ``x`` before ``i``
+  to ``j``, ``+s(y)`` over the extension of every held input ``y``), per unit of extra cost;
+  the best :data:`CANDIDATES` are evaluated exactly and the one with the largest exact
+  score drop per unit of extra cost is taken (free re-runs first);
+* ``byte``: the producer alone, cheapest per byte of ``x`` first; the best exact score of
+  the first :data:`CANDIDATES` is taken.
 
-It stops when no candidate improves the score, or at the time limit, and it never returns an
-invalid plan: the result is re-evaluated (and :func:`memopt.remat` checks it independently).
-It proves nothing beyond the footprint bound (:func:`~memopt.remat.model_common.footprint_bound`).
+The score: for ``min_cost`` (limit ``M``) the total overflow ``sum_runs max(0, memory - M)``,
+then the peak; stop as soon as the plan fits, then drop every re-run that is not needed to
+fit (costliest first). For ``min_peak`` (budget ``B``): the peak, then the number of runs at
+the peak; only moves within the budget. Each (start, ranking) pair runs until no candidate
+improves its score (or its share of the time limit), and the best answer is kept.
+
+Holding the inputs is why the single-re-run move alone fails on the random layered graphs of
+Checkmate (ops with up to 16 inputs): re-making the inputs too is what fits 0.9 of the
+no-recomputation optimum there. The move is the usual peak-driven rematerialization step
+(free a value held across the memory peak, re-make it just before its next use), written
+for memopt's plan model (``docs/remat.md``); it is no published algorithm, and its plans are
+compared against the exact models (Checkmate's MIP, Jain et al., MLSys 2020, made exact for
+caps in :mod:`memopt.remat.mip`) in ``benchmarks/remat_table.py``.
+
+It never returns an invalid plan: the result is re-evaluated (and :func:`memopt.remat`
+checks it independently). It proves nothing beyond the footprint bound
+(:func:`~memopt.remat.model_common.footprint_bound`).
+
+Example
+-------
+>>> from memopt.core import Op, Tensor, TensorGraph
+>>> g = TensorGraph.build(
+...     [Tensor("a", 10), Tensor("b", 20), Tensor("c", 20), Tensor("d", 1, output=True)],
+...     [Op("fa", (), ("a",), cost=1), Op("fb", ("a",), ("b",), cost=5),
+...      Op("fc", ("b",), ("c",), cost=5), Op("fd", ("a", "c"), ("d",), cost=5)])
+>>> r = heuristic_method(g, question="min_cost", memory_limit=40, cap=1, time_limit=5)
+>>> (r.peak, r.extra_cost)
+(40, 1)
 """
 
 from __future__ import annotations
 
 import time
+from bisect import bisect_left, bisect_right
 from fractions import Fraction
 
+import numpy as np
+
+from memopt.errors import ScheduleError
 from memopt.remat.model_common import (RematProblem, evaluate, finish_result, plan_from_runs, start_result)
 
 __all__ = ["heuristic_method", "improve_runs"]
 
-#: candidates evaluated per move (the cheapest per byte)
+#: candidates evaluated exactly per move (the best ranked)
 CANDIDATES = 8
+#: levels of inputs re-made with a re-run (rather than held until it)
+DEPTH = 3
+#: the move rankings tried from every start (see :func:`improve_runs`)
+STRATEGIES = ("gain", "byte")
 
 
 def _profile(p: RematProblem, runs):
@@ -53,8 +91,69 @@ def _score(question, memory_limit, peak, prof):
     return (peak, sum(1 for m in prof if m == peak))
 
 
-def _candidates(p: RematProblem, runs, idx, counts):
-    """``[(ratio, x, u, j)]``: re-run ``u`` before run ``j`` to free ``x`` across run ``idx``."""
+def _reads_and_productions(p: RematProblem, runs):
+    """Per tensor: the run positions that read it and the ones that produce it (ascending)."""
+    reads = [[] for _ in range(p.num_tensors)]
+    made = [[] for _ in range(p.num_tensors)]
+    for i, v in enumerate(runs):
+        for t in p.ins[v]:
+            reads[t].append(i)
+        for t in p.outs[v]:
+            made[t].append(i)
+    return reads, made
+
+
+def _held_until(reads, made, t: int, j: int) -> int:
+    """The run position after which the production of ``t`` current at position ``j`` is
+    freed: its last read, or the run that made it if nobody reads it (-1: the start)."""
+    k = bisect_left(made[t], j)
+    since = made[t][k - 1] if k else -1
+    lo = bisect_right(reads[t], since)
+    hi = bisect_left(reads[t], made[t][k]) if k < len(made[t]) else len(reads[t])
+    return reads[t][hi - 1] if hi > lo else since
+
+
+def _chain(p: RematProblem, reads, made, u: int, j: int, counts, depth: int):
+    """``(ops, held)``: the ops to re-run, in order, right before position ``j`` so that ``u``
+    runs there, and the inputs whose current production must then be held until ``j``. An
+    input no longer live at ``j`` is re-made too (its producer first, recursively, ``depth``
+    levels) if its producer is below its cap, else held. ``None`` if ``u`` is at its cap."""
+    extra: dict = {}
+    made_here: set = set()
+    held: dict = {}
+    outputs = set(p.outputs)
+
+    def add(v, d):
+        if counts[v] + extra.get(v, 0) >= 1 + p.caps[v]:
+            return None
+        seq = []
+        for y in p.ins[v]:
+            if y in made_here or p.size[y] == 0:
+                continue
+            last = _held_until(reads, made, y, j)
+            if last >= j or (y in outputs and bisect_left(made[y], j) == len(made[y])):
+                continue  # live at j anyway (read later, or the last production of an output)
+            sub = add(p.producer[y], d - 1) if d > 0 and p.producer[y] >= 0 else None
+            if sub is None:
+                held[y] = last
+            else:
+                seq.extend(sub)
+        extra[v] = extra.get(v, 0) + 1
+        made_here.update(p.outs[v])
+        return seq + [v]
+
+    ops = add(u, depth)
+    return None if ops is None else (ops, {y: a for y, a in held.items() if y not in made_here})
+
+
+def _candidates(p: RematProblem, runs, prof, idx, counts, level: int, strategy: str):
+    """``[(key, x, chain, j)]``, best first: insert the re-runs ``chain`` (ending with the
+    producer of ``x``) before run ``j`` to free ``x`` across run ``idx``.
+
+    ``strategy="gain"``: chains up to :data:`DEPTH` levels, ranked by the estimated drop of
+    the memory above ``level`` summed over the runs (freeing ``x`` after its last read before
+    ``idx`` lowers the runs up to ``j``, holding the chain's inputs raises them) per unit of
+    extra cost; ``"byte"``: the producer of ``x`` alone, cheapest per byte of ``x`` first."""
     prod = {}
     for i in range(idx):
         for x in p.outs[runs[i]]:
@@ -68,6 +167,12 @@ def _candidates(p: RematProblem, runs, idx, counts):
             if x in prod and x not in again and x not in first_read:
                 first_read[x] = i
         again.update(p.outs[v])
+    for x in p.outputs:
+        if x in prod and x not in first_read and x not in again:
+            # a graph output held from before the peak to the end: re-make it at the end
+            first_read[x] = len(runs)
+    reads, made = _reads_and_productions(p, runs)
+    over = np.asarray(prof, dtype=np.int64) - level
     out = []
     for x, j in first_read.items():
         if x in busy or p.size[x] == 0:
@@ -75,15 +180,42 @@ def _candidates(p: RematProblem, runs, idx, counts):
         u = p.producer[x]
         if counts[u] >= 1 + p.caps[u]:
             continue
-        out.append((Fraction(p.costs[u]) / p.size[x], -p.size[x], x, u, j))
-    out.sort()
+        # freed after its last read before the peak (or right after it was made)
+        r = bisect_left(reads[x], idx)
+        a = max(prod[x], reads[x][r - 1] if r else -1)
+        if strategy == "byte":
+            out.append(((Fraction(p.costs[u]) / p.size[x], -p.size[x]), x, (u,), j))
+            continue
+        seen = set()
+        for d in range(DEPTH + 1):
+            got = _chain(p, reads, made, u, j, counts, d)
+            if got is None:
+                break
+            chain, held = got
+            key = tuple(chain)
+            if key in seen:
+                continue
+            seen.add(key)
+            lo = min([a] + list(held.values())) + 1
+            delta = np.zeros(j - lo, dtype=np.int64)
+            delta[a + 1 - lo:] -= p.size[x]
+            for y, b in held.items():
+                delta[b + 1 - lo:] += p.size[y]
+            window = over[lo:j]
+            gain = int(np.maximum(window, 0).sum() - np.maximum(window + delta, 0).sum())
+            if gain <= 0:
+                continue
+            cost = Fraction(sum((p.costs[v] for v in chain), 0))
+            out.append(((-(Fraction(gain) / cost if cost else Fraction(2**80) * gain), 0), x, key, j))
+    out.sort(key=lambda c: c[0])
     return out
 
 
 def improve_runs(p: RematProblem, runs, question: str, *, memory_limit=None, cost_budget=None,
-                 deadline: float = float("inf")):
+                 deadline: float = float("inf"), strategy: str = "gain"):
     """Improve a run sequence by inserting re-runs (see the module docstring); returns the
-    best ``(runs, plan, peak, extra_cost)`` found."""
+    best ``(runs, plan, peak, extra_cost)`` found. ``strategy``: ``"gain"`` (chains, the best
+    exact score drop per unit of extra cost) or ``"byte"`` (one re-run, the best score)."""
     runs = [int(v) for v in runs]
     plan, peak, cost, prof = _profile(p, runs)
     score = _score(question, memory_limit, peak, prof)
@@ -96,23 +228,31 @@ def improve_runs(p: RematProblem, runs, question: str, *, memory_limit=None, cos
         idx = max(range(len(runs)), key=lambda i: prof[i]) if runs else None
         if idx is None:
             break
+        level = memory_limit if question == "min_cost" else peak - 1
         best = None
         tried = 0
-        for _, _, x, u, j in _candidates(p, runs, idx, counts):
-            if question == "min_peak" and Fraction(cost) + Fraction(p.costs[u]) > Fraction(cost_budget):
+        for _, x, chain, j in _candidates(p, runs, prof, idx, counts, level, strategy):
+            extra = sum((Fraction(p.costs[v]) for v in chain), Fraction(0))
+            if question == "min_peak" and Fraction(cost) + extra > Fraction(cost_budget):
                 continue
-            new = runs[:j] + [u] + runs[j:]
+            new = runs[:j] + list(chain) + runs[j:]
             cand = _profile(p, new)
             sc = _score(question, memory_limit, cand[1], cand[3])
-            if sc < score and (best is None or sc < best[0]):
-                best = (sc, new, cand, u)
+            if sc < score:
+                # exact drop of the score per unit of extra cost (free re-runs first)
+                rate = (score[0] - sc[0], score[1] - sc[1]) if extra == 0 else \
+                    (Fraction(score[0] - sc[0]) / extra, Fraction(score[1] - sc[1]) / extra)
+                key = (extra != 0, tuple(-r for r in rate)) if strategy == "gain" else sc
+                if best is None or key < best[0]:
+                    best = (key, sc, new, cand, chain)
             tried += 1
             if tried >= CANDIDATES or time.perf_counter() >= deadline:
                 break
         if best is None:
             break
-        score, runs, (plan, peak, cost, prof), u = best
-        counts[u] += 1
+        _, score, runs, (plan, peak, cost, prof), chain = best
+        for v in chain:
+            counts[v] += 1
     if question == "min_cost" and peak <= memory_limit:
         runs, plan, peak, cost = _drop_unneeded(p, runs, memory_limit, deadline)
     return runs, plan, peak, cost
@@ -140,6 +280,14 @@ def _drop_unneeded(p: RematProblem, runs, memory_limit, deadline):
     return runs, plan, peak, cost
 
 
+def _rank(question, memory_limit, got):
+    """Sort key of an ``improve_runs`` result: answers first, then the question's order."""
+    _, _, peak, cost = got
+    if question == "min_cost":
+        return (peak > memory_limit, Fraction(cost) if peak <= memory_limit else peak, peak)
+    return (peak, Fraction(cost))
+
+
 def heuristic_method(problem, *, question: str, memory_limit=None, cost_budget=None, cap=1,
                      time_limit: float = 10.0, incumbent=None, seed: int = 0):
     """Registry method ``heuristic`` (see :mod:`memopt.remat.registry`). ``incumbent``: a plan
@@ -160,8 +308,29 @@ def heuristic_method(problem, *, question: str, memory_limit=None, cost_budget=N
 
         order = schedule(p.graph, time_limit=max(0.0, 0.3 * float(time_limit))).order
         runs = order.tolist()
-    runs, plan, peak, cost = improve_runs(p, runs, question, memory_limit=early.memory_limit,
-                                          cost_budget=early.cost_budget, deadline=deadline)
+    # several starts, the cheapest answer kept: the given order, then the input order (ops
+    # in id order, or the graph's topological order) -- a different order puts the peak
+    # elsewhere and often needs fewer re-runs
+    starts = [runs]
+    ids = list(range(p.n))
+    for other in (ids, p.graph.topological_order().tolist()):
+        if other not in starts:
+            try:
+                plan_from_runs(p, other)
+            except ScheduleError:
+                continue  # ids not in a topological order
+            starts.append(other)
+            break
+    best = None
+    tries = [(start, strategy) for start in starts for strategy in STRATEGIES]
+    for k, (start, strategy) in enumerate(tries):
+        share = deadline if k == len(tries) - 1 else \
+            time.perf_counter() + (deadline - time.perf_counter()) / (len(tries) - k)
+        got = improve_runs(p, start, question, memory_limit=early.memory_limit,
+                           cost_budget=early.cost_budget, deadline=share, strategy=strategy)
+        if best is None or _rank(question, early.memory_limit, got) < _rank(question, early.memory_limit, best):
+            best = got
+    runs, plan, peak, cost = best
     stats = {"runs": len(runs)}
     if question == "min_cost" and peak > early.memory_limit:
         # no plan within the limit: the lowest-overflow plan, status unknown
