@@ -188,9 +188,11 @@ class _Call:
             best = None
         parts = {}
         if best is None or (question == "min_peak" and best.peak > lower):
+            # without any plan within the limit the heuristic is what the rest builds on: more time
+            share = 0.6 if best is None else 0.3
             h = get_method("heuristic").load()(p, question=question, memory_limit=memory_limit,
                                                cost_budget=cost_budget, cap=list(p.caps),
-                                               time_limit=0.3 * max(0.0, budget_end - time.perf_counter()),
+                                               time_limit=share * max(0.0, budget_end - time.perf_counter()),
                                                incumbent=plan, seed=self.seed)
             parts["heuristic"] = h.status
             best = _merge(question, best, h)
