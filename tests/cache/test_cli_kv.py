@@ -224,3 +224,25 @@ def test_kv_eval_bad_options_exit_2(tmp_path, capsys, args, needle):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("memopt: error:") and needle in err[0]
+
+
+def test_kv_share_layer_matches_the_library(tmp_path, capsys):
+    """--share layer: a layer's KV heads share kv_heads x B positions; the CLI reports what
+    simulate_kv(share="layer") computes, and the optimum (per head) refuses it."""
+    rng = np.random.default_rng(0)
+    T = 12
+    att = np.tril(rng.integers(0, 3, size=(2, 2, T, T)))
+    att[:, 0] = np.tril(rng.integers(0, 2, size=(2, T, T)) * 9)     # head 0 peaked, head 1 spread
+    att[..., np.arange(T), np.arange(T)] += 1
+    trace = make_attention_trace(att, rng.random(T) < 0.5, scale=16, name="two-heads")
+    path = tmp_path / "two.jsonl"
+    dump_attention(trace, path)
+    for policy in ("h2o", "tova", "streaming-llm"):
+        doc = kv_json(capsys, path, "--policy", policy, "--budget", "3", "--share", "layer")
+        want = simulate_kv(trace, policy, 3, share="layer")
+        assert (doc["retained"], doc["total"], doc["share"]) == (want.retained, want.total, "layer")
+    # sharing lets the peaked head give positions to the spread one: h2o keeps more (397 -> 509)
+    assert kv_json(capsys, path, "--policy", "h2o", "--budget", "3")["retained"] == 397
+    assert kv_json(capsys, path, "--policy", "h2o", "--budget", "3", "--share", "layer")["retained"] == 509
+    assert main(["cache", "kv", str(path), "--policy", "opt", "--budget", "3", "--share", "layer"]) == 2
+    assert "per head" in capsys.readouterr().err

@@ -121,6 +121,9 @@ def register(sub) -> None:
                         "from every step (uniform; with --lag 0 this is h2o)")
     k.add_argument("--prefill", type=int, default=0, metavar="P",
                    help="the first P steps are the prompt: full cache, not counted (default 0)")
+    k.add_argument("--share", choices=("head", "layer"), default="head",
+                   help="head: each KV head holds at most B (default); layer: a layer's KV heads share "
+                        "KV-heads x B positions (online policies only)")
     k.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
     k.set_defaults(func=cmd_kv)
 
@@ -429,17 +432,20 @@ def cmd_kv(args) -> int:
     opt.integer(args.prefill, "--prefill", low=0, high=T)
     budget = value if kind == "positions" else int(math.floor(value * T))   # exact: Decimal * int
     if args.policy == "opt":
+        if args.share != "head":
+            raise OptionError("--share layer applies to the online policies; the offline optimum is per head")
         res = kv_optimum(trace, budget, prefill=args.prefill)
         params, status = {}, res.status
     else:
         extra = {"lag": lag, "weighting": args.weighting or "correct"} if args.policy == "rmm" else {}
-        res = simulate_kv(trace, args.policy, budget, prefill=args.prefill, **extra)
+        res = simulate_kv(trace, args.policy, budget, prefill=args.prefill, share=args.share, **extra)
         params, status = dict(res.params), None
     doc = {"trace": str(args.trace), "name": trace.name, "policy": args.policy, "budget": res.budget,
            "budget_arg": str(args.budget), "budget_fraction": res.budget / T if T else None,
            "prefill": res.prefill, "steps": T, "layers": trace.layers, "kv_heads": trace.kv_heads,
            "group": trace.group, "scale": trace.scale, "heads": res.heads, "retained": res.retained,
-           "total": res.total, "fraction": res.fraction, "params": params, "optimal": status == "optimal"}
+           "total": res.total, "fraction": res.fraction, "params": params, "optimal": status == "optimal",
+           "share": args.share}
     if args.json:
         write_json(doc)
         return 0
@@ -449,7 +455,8 @@ def cmd_kv(args) -> int:
     print(f"policy {args.policy}" + (" (exact offline optimum)" if status == "optimal" else "")
           + (f" ({pars})" if pars else ""))
     share = f" ({res.budget / T:.1%} of {T} steps)" if T else ""
-    print(f"budget: {res.budget} past positions per (layer, KV head){share}")
+    per = "(layer, KV head)" if args.share == "head" else f"KV head, shared by each layer's {trace.kv_heads} KV heads"
+    print(f"budget: {res.budget} past positions per {per}{share}")
     print(f"retained attention: {res.fraction:.4%} ({res.retained} of {res.total} units of 1/{trace.scale}, "
           f"summed over {res.heads} heads)")
     return 0
