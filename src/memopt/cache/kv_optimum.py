@@ -65,13 +65,14 @@ Heads are independent: ``jobs > 1`` solves them on local worker processes
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
 
+from memopt import _jit
+from memopt._jit import kernel
 from memopt.errors import InternalError, MemoptError, OptionError
-from memopt.cache.kv_policies import check_prefill, arrivals, check_budget, schedule_retained
+from memopt.cache.kv_policies import RetainedAttention, check_prefill, arrivals, check_budget, schedule_retained
 from memopt.cache.kv_trace import AttentionTrace
 
 __all__ = ["KVOptimum", "kv_optimum", "optimum_head", "optimum_head_flow", "eviction_events",
@@ -87,7 +88,7 @@ _DUAL_LIMIT = 2**55
 
 
 @dataclass(frozen=True)
-class KVOptimum:
+class KVOptimum(RetainedAttention):
     """The offline optimum: ``retained`` (exact, units of ``1 / scale``, summed over heads)
     out of ``total``; ``bound``: the checked upper bound (LP dual) on every schedule's retained
     attention, equal to ``retained`` (``None`` for ``method="flow"``, whose optimality is
@@ -106,17 +107,8 @@ class KVOptimum:
     bound: int | None = None
     method: str = "assignment"
 
-    @property
-    def fraction(self) -> float:
-        return self.retained / self.total if self.total else 1.0
-
     def to_dict(self) -> dict:
-        d = asdict(self)
-        d.pop("per_head")
-        d.pop("last_step")
-        d["policy"] = "optimum"
-        d["fraction"] = self.fraction
-        return d
+        return super().to_dict(policy="optimum")
 
 
 def eviction_events(T: int, budget: int, prefill: int) -> np.ndarray:
@@ -134,7 +126,7 @@ def eviction_events(T: int, budget: int, prefill: int) -> np.ndarray:
 
 # ---------------------------------------------------------------------------- kernels
 
-@njit(cache=True)
+@kernel
 def _future_mass(A, first):
     """``R[s, j] = sum_{t > s} A[t, j]`` for ``first <= s``, ``j <= s`` (0 elsewhere)."""
     T = A.shape[0]
@@ -146,7 +138,7 @@ def _future_mass(A, first):
     return R
 
 
-@njit(cache=True)
+@kernel
 def _assign_events(R, events):
     """Min-cost assignment of events (rows, ascending end steps) to distinct positions
     ``j <= s``, by shortest augmenting paths (Crouse 2016, integer). Returns
@@ -257,8 +249,8 @@ def _solve_head(A: np.ndarray, budget: int, prefill: int) -> tuple[int, np.ndarr
     events = eviction_events(T, budget, prefill)
     if events.size == 0:
         return total, last, total
-    R = _future_mass(A, int(events[0]))
-    ok, pos, u, v = _assign_events(R, events)
+    R = _jit.choose(_future_mass, T)(A, int(events[0]))
+    ok, pos, u, v = _jit.choose(_assign_events, T)(R, events)
     if not ok:
         raise InternalError("kv-assignment-feasible", "no assignment of eviction events to positions")
     lost = int(R[events, pos].sum())

@@ -98,7 +98,7 @@ from memopt.errors import InternalError, OptionError
 from memopt.cache.kv_trace import AttentionTrace
 
 __all__ = ["KV_POLICIES", "KVResult", "KVPolicy", "simulate_kv", "schedule_retained", "check_budget",
-           "check_budgets", "arrivals", "WEIGHTINGS", "SHARES", "policy_result"]
+           "check_budgets", "arrivals", "WEIGHTINGS", "SHARES", "policy_result", "RetainedAttention"]
 
 KV_POLICIES = ("streaming-llm", "h2o", "snapkv", "tova", "lru", "rmm")
 WEIGHTINGS = ("correct", "uniform")
@@ -106,8 +106,25 @@ SHARES = ("head", "layer")
 _BIG = np.int64(2**62)
 
 
+class RetainedAttention:
+    """What a policy's result and the offline optimum's share: ``fraction`` and a
+    :meth:`to_dict` without the per-head arrays (``per_head``, ``last_step``)."""
+
+    @property
+    def fraction(self) -> float:
+        return self.retained / self.total if self.total else 1.0
+
+    def to_dict(self, **extra) -> dict:
+        d = asdict(self)
+        d.pop("per_head")
+        d.pop("last_step")
+        d.update(extra)
+        d["fraction"] = self.fraction
+        return d
+
+
 @dataclass(frozen=True)
-class KVResult:
+class KVResult(RetainedAttention):
     """Retained attention of one policy on one trace: ``retained`` out of ``total`` (integers,
     units of ``1 / scale``, summed over all heads), ``fraction = retained / total``.
     ``budget``: an int, or the list of per-layer budgets. ``per_head`` (not in
@@ -125,17 +142,6 @@ class KVResult:
     params: dict
     per_head: np.ndarray = None
     last_step: np.ndarray = None
-
-    @property
-    def fraction(self) -> float:
-        return self.retained / self.total if self.total else 1.0
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d.pop("per_head")
-        d.pop("last_step")
-        d["fraction"] = self.fraction
-        return d
 
 
 def _steps_of(trace_or_steps) -> int:
