@@ -365,7 +365,9 @@ def test_three_partition_source_clocks_yes_and_no(numbers, answer):
     red = three_partition_to_remat(inst, cap=1, clocks="source")
     caps = {v: (0 if v == "start" else 1) for v in red.graph.op_names}
     r = memopt.remat(red.graph, memory_limit=red.memory_limit, cap=caps, method="cpsat", time_limit=600.0)
-    assert r.status == ("optimal" if answer else "infeasible")
+    # yes: any plan within the limit is the witness (the theorem: it costs exactly the budget);
+    # CP-SAT need not also prove it optimal in time, which made this test depend on load
+    assert r.status in (("optimal", "feasible") if answer else ("infeasible",))
     if answer:
         assert r.extra_cost == red.cost_budget
         assert check_plan(red.graph, r.plan, cap=1) == (red.memory_limit, red.cost_budget)
