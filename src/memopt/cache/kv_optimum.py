@@ -81,8 +81,11 @@ __all__ = ["KVOptimum", "kv_optimum", "optimum_head", "optimum_head_flow", "evic
 #: ``assignment`` (default: eviction events, shortest augmenting paths) or ``flow`` (the
 #: min-cost-flow reference formulation)
 METHODS = ("assignment", "flow")
-_INF = np.int64(2**60)            # an unreached distance (a real one stays far below; the checks catch any overflow)
-_KEY_INF = np.int64(2**62)
+_INF = np.int64(2**60)            # above every real cost (below 2**47) and dual value (checked below 2**55)
+# search keys of the assignment kernel (real keys 2 dist + 1 stay below 2**57)
+_UNSEEN = np.int64(2**62 - 2)     # a position no searched row has reached yet
+_DONE = np.int64(2**62 - 1)       # a position already taken out of the search
+_BLOCK = np.int64(2**62)          # added to a done position's candidates: they all exceed _DONE
 #: dual values must stay far from int64 overflow in the certificate check
 _DUAL_LIMIT = 2**55
 
@@ -142,69 +145,79 @@ def _future_mass(A, first):
 def _assign_events(R, events):
     """Min-cost assignment of events (rows, ascending end steps) to distinct positions
     ``j <= s``, by shortest augmenting paths (Crouse 2016, integer). Returns
-    ``(ok, position of each event, u, v)``; ``ok`` is False only if no assignment exists."""
+    ``(ok, position of each event, u, v)``; ``ok`` is False only if no assignment exists.
+
+    The search keeps one key per position, ``2 dist + (position taken)`` (the minimum
+    prefers a free position on ties: the path ends there), ``_UNSEEN`` before a row reaches
+    it and ``_DONE`` once it is taken out of the search; a reached position's ``block`` makes
+    every later candidate exceed ``_DONE``. So relaxing a row is a branch-free loop (a
+    minimum and a select) that the compiler vectorises: the search reads hundreds of rows of
+    ``R`` per event and is limited by that memory traffic."""
     E = events.size
     T = R.shape[1]
     u = np.zeros(E, dtype=np.int64)
     v = np.zeros(T, dtype=np.int64)
     col4row = np.full(E, -1, dtype=np.int64)
     row4col = np.full(T, -1, dtype=np.int64)
+    taken = np.zeros(T, dtype=np.int64)
     path = np.full(T, -1, dtype=np.int64)
-    dist = np.empty(T, dtype=np.int64)
-    # key = 2 dist + (position taken): the argmin prefers a free position on ties (the path
-    # ends there); a scanned position's key is _KEY_INF, so the search loop has no branch
+    dist = np.zeros(T, dtype=np.int64)
     key = np.empty(T, dtype=np.int64)
-    scanned = np.zeros(T, dtype=np.bool_)
+    block = np.empty(T, dtype=np.int64)
+    reached = np.empty(T, dtype=np.int64)      # positions taken out of the search, in order
     visited = np.empty(E, dtype=np.int64)
     for cur in range(E):
         ncols = events[cur] + 1          # an earlier event reaches no position beyond its own end
         for j in range(ncols):
-            dist[j] = _INF
-            key[j] = _KEY_INF
-            scanned[j] = False
+            key[j] = _UNSEEN
+            block[j] = taken[j]
         minval = np.int64(0)
         i = cur
         nvis = 0
+        nreached = 0
         sink = -1
         while sink == -1:
             visited[nvis] = i
             nvis += 1
             si = events[i]
-            base = minval - u[i]
+            base2 = 2 * (minval - u[i])
             row = R[si]
             for j in range(si + 1):
-                r = base + row[j] - v[j]
-                # reduced costs are >= 0, so this never holds for a scanned position
-                if r < dist[j]:
-                    dist[j] = r
-                    path[j] = i
-                    key[j] = 2 * r + (row4col[j] != -1)
-            index = -1
-            best = _KEY_INF
+                c = base2 + 2 * (row[j] - v[j]) + block[j]
+                kj = key[j]
+                better = c < kj
+                key[j] = c if better else kj
+                path[j] = i if better else path[j]
+            best = _DONE
             for j in range(ncols):
-                if key[j] < best:
-                    best = key[j]
-                    index = j
-            if index == -1:
+                best = min(best, key[j])
+            if best >= _UNSEEN:
                 return False, col4row, u, v
-            minval = dist[index]
-            if row4col[index] == -1:
+            index = 0
+            while key[index] != best:
+                index += 1
+            minval = best >> 1
+            dist[index] = minval
+            key[index] = _DONE
+            block[index] = _BLOCK
+            reached[nreached] = index
+            nreached += 1
+            if taken[index] == 0:
                 sink = index
             else:
                 i = row4col[index]
-            scanned[index] = True
-            key[index] = _KEY_INF
         u[cur] += minval
         for k in range(1, nvis):
             i = visited[k]
             u[i] += minval - dist[col4row[i]]
-        for j in range(ncols):
-            if scanned[j]:
-                v[j] -= minval - dist[j]
+        for q in range(nreached):
+            j = reached[q]
+            v[j] -= minval - dist[j]
         j = sink
         while True:
             i = path[j]
             row4col[j] = i
+            taken[j] = 1
             nxt = col4row[i]
             col4row[i] = j
             j = nxt
@@ -223,20 +236,21 @@ def _head_total(A: np.ndarray, prefill: int) -> int:
 
 def _check_dual(A: np.ndarray, events: np.ndarray, u: np.ndarray, v: np.ndarray, total: int) -> int:
     """The upper bound ``total - sum(u) - sum(v)`` after checking, from ``A`` alone, that
-    ``(u, v)`` is dual feasible: ``v <= 0`` and ``u_k <= R_{s_k}[j] - v_j`` for all ``j <= s_k``."""
+    ``(u, v)`` is dual feasible: ``v <= 0`` and ``u_k <= R_{s_k}[j] - v_j`` for all ``j <= s_k``.
+    ``R_s`` is rebuilt row by row from the attention (no ``T x T`` array: memory ``O(T)``)."""
     T = A.shape[0]
     if np.abs(u).max(initial=0) >= _DUAL_LIMIT or np.abs(v).max(initial=0) >= _DUAL_LIMIT or (v > 0).any():
         raise InternalError("kv-dual-range", "the assignment's dual values are out of range")
     steps = np.unique(events)
-    future = np.cumsum(A[::-1].astype(np.int64), axis=0)[::-1]      # future[t, j] = sum_{t' >= t}
-    cost = np.zeros((steps.size, T), dtype=np.int64)
-    inside = steps + 1 < T
-    cost[inside] = future[steps[inside] + 1]
-    cost -= v[None, :]
-    cost[np.arange(T)[None, :] > steps[:, None]] = _INF
-    best = cost.min(axis=1)                                            # per distinct end step
-    per_event = best[np.searchsorted(steps, events)]
-    if (u > per_event).any():
+    least = np.empty(steps.size, dtype=np.int64)         # min_{j <= s} R_s[j] - v_j per distinct end step
+    future = np.zeros(T, dtype=np.int64)                 # R_s = sum over t > s of A[t]
+    s = T - 1
+    for q in range(steps.size - 1, -1, -1):
+        while s > steps[q]:
+            future += A[s]
+            s -= 1
+        least[q] = (future[:s + 1] - v[:s + 1]).min()
+    if (u > least[np.searchsorted(steps, events)]).any():
         raise InternalError("kv-dual-feasible", "the assignment's dual values violate a constraint")
     return total - int(u.sum()) - int(v.sum())
 
