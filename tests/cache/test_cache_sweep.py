@@ -194,6 +194,30 @@ def test_kv_sweep_equals_simulate_and_optimum(kv_file):
         assert other.to_dict()["points"] == doc["points"], kw
 
 
+def test_kv_sweep_with_layer_shared_budgets(kv_file, capsys):
+    # share="layer": each point equals simulate_kv with the layer's KV heads sharing 2 x B
+    res = run_kv_sweep(KV_TRACE, "h2o,rmm,tova", [2, 5], lags="0,3", prefill=1, share="layer")
+    assert res.share == "layer" and res.to_dict()["share"] == "layer" and not res.lost
+    differs = False
+    for p in res.points:
+        extra = {"lag": p.lag} if p.policy == "rmm" else {}
+        want = simulate_kv(KV_TRACE, p.policy, p.budget, prefill=1, share="layer", **extra)
+        assert (p.status, p.retained, p.total) == ("ok", want.retained, want.total)
+        differs |= want.retained != simulate_kv(KV_TRACE, p.policy, p.budget, prefill=1, **extra).retained
+    assert differs  # sharing changed some schedule: the option reached the policies
+    with pytest.raises(OptionError, match="per KV head"):
+        run_kv_sweep(KV_TRACE, "h2o,opt", [4], share="layer")
+    with pytest.raises(OptionError, match="sharing"):
+        run_kv_sweep(KV_TRACE, "h2o", [4], share="model")
+    argv = ["cache", "sweep", str(kv_file), "--policies", "h2o,tova", "--budgets", "2,5", "--prefill", "1",
+            "--share", "layer", "--json"]
+    assert main(argv) == 0
+    assert json.loads(capsys.readouterr().out)["points"] == \
+        run_kv_sweep(KV_TRACE, "h2o,tova", [2, 5], prefill=1, share="layer").to_dict()["points"]
+    assert main(argv[:-1] + ["--policies", "h2o,opt"]) == 2
+    assert "per KV head" in capsys.readouterr().err
+
+
 def test_kv_sweep_lost_point_is_reported_and_the_others_kept():
     class BreaksOnOpt(cf.Executor):
         def submit(self, fn, /, *args, **kwargs):
@@ -272,5 +296,8 @@ def test_cli_expert_and_kv_options_do_not_mix(trace_file, kv_file, capsys):
     assert main(["cache", "sweep", str(trace_file), "--policies", "lru", "--capacities", "2",
                  "--budgets", "3"]) == 2
     assert "--budgets applies to a memopt-attention trace" in capsys.readouterr().err
+    assert main(["cache", "sweep", str(trace_file), "--policies", "lru", "--capacities", "2",
+                 "--share", "layer"]) == 2
+    assert "--share applies to a memopt-attention trace" in capsys.readouterr().err
     assert main(["cache", "sweep", str(kv_file), "--policies", "h2o"]) == 2
     assert "--budgets" in capsys.readouterr().err

@@ -440,7 +440,7 @@ def parse_lags(spec: str | Iterable) -> tuple[float, ...]:
     return tuple(sorted(out))
 
 
-def kv_point(source, policy: str, budget: int, lag, prefill: int) -> dict:
+def kv_point(source, policy: str, budget: int, lag, prefill: int, share: str = "head") -> dict:
     """One point of a KV sweep (the task a worker runs): retained attention of ``policy``."""
     from memopt.cache import kv_optimum, simulate_kv
 
@@ -449,7 +449,7 @@ def kv_point(source, policy: str, budget: int, lag, prefill: int) -> dict:
         res = kv_optimum(trace, budget, prefill=prefill)
         return {"retained": res.retained, "total": res.total, "optimal": True}
     extra = {"lag": lag} if policy == "rmm" else {}
-    res = simulate_kv(trace, policy, budget, prefill=prefill, **extra)
+    res = simulate_kv(trace, policy, budget, prefill=prefill, share=share, **extra)
     return {"retained": res.retained, "total": res.total, "optimal": False}
 
 
@@ -505,6 +505,7 @@ class KVSweepResult:
     lags: tuple[float, ...]
     points: tuple[KVSweepPoint, ...]
     seconds: float
+    share: str = "head"
 
     @property
     def lost(self) -> list[KVSweepPoint]:
@@ -527,6 +528,7 @@ class KVSweepResult:
             "steps": self.steps,
             "heads": self.heads,
             "prefill": self.prefill,
+            "share": self.share,
             "policies": list(self.policies),
             "budgets": list(self.budgets),
             "lags": [_lag_text(h) for h in self.lags],
@@ -538,22 +540,31 @@ class KVSweepResult:
 
 
 def run_kv_sweep(trace, policies: str | Sequence[str], budgets: Iterable, *, lags: str | Iterable = (0,),
-                 prefill: int = 0, executor: Any = None, jobs: int = 1, timeout: float | None = None,
-                 progress: bool = False) -> KVSweepResult:
+                 prefill: int = 0, share: str = "head", executor: Any = None, jobs: int = 1,
+                 timeout: float | None = None, progress: bool = False) -> KVSweepResult:
     """Retained attention of every KV policy at every budget (past positions per head: an
     integer, or a fraction of the trace length in ``(0, 1]``, see
     :func:`memopt.cache.kv_policies.check_budget`) and, for ``rmm``, every commit lag, on
     ``trace`` (an :class:`AttentionSource`, a trace path, or an
     :class:`~memopt.cache.kv_trace.AttentionTrace`, then shipped with every task).
 
+    ``share="layer"``: a layer's KV heads share ``kv_heads x budget`` positions
+    (:mod:`memopt.cache.kv_policies`); the offline optimum (``opt``) is per head, so it is
+    refused there (a per-head optimum bounds no layer-shared policy from above).
+
     ``executor``/``jobs``/``timeout``/``progress`` as in :func:`memopt.sweep.run_tasks`.
     """
-    from memopt.cache.kv_policies import check_budget, check_prefill
+    from memopt.cache.kv_policies import SHARES, check_budget, check_prefill
     from memopt.cache.kv_trace import AttentionTrace
     from memopt.sweep import run_tasks
 
     labels = parse_kv_policies(policies)
     lag_list = parse_lags(lags)
+    if share not in SHARES:
+        raise OptionError(f"unknown budget sharing {share!r}; choose from {', '.join(SHARES)}")
+    if share == "layer" and "opt" in labels:
+        raise OptionError("the offline optimum (opt) is per KV head: it bounds no layer-shared budget; "
+                          "drop opt or use share head")
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise OptionError(f"jobs must be an integer >= 1, got {jobs!r}")
     if isinstance(trace, AttentionTrace):
@@ -570,7 +581,7 @@ def run_kv_sweep(trace, policies: str | Sequence[str], budgets: Iterable, *, lag
             for lag in (lag_list if pol == "rmm" else (None,))]
     if len(keys) > MAX_POINTS:
         raise OptionError(f"{len(keys)} KV sweep points is more than {MAX_POINTS}")
-    tasks = [(key, (source, key[0], key[1], key[2], P)) for key in keys]
+    tasks = [(key, (source, key[0], key[1], key[2], P, share)) for key in keys]
     done: dict[tuple, tuple[str, Any]] = {}
     t0 = time.perf_counter()
 
@@ -593,7 +604,7 @@ def run_kv_sweep(trace, policies: str | Sequence[str], budgets: Iterable, *, lag
         else:
             points.append(KVSweepPoint(*key, kind, reason=payload if kind == "lost" else f"stopped after {payload}s"))
     return KVSweepResult(name, loaded.steps, loaded.n_heads, P, labels, budget_list,
-                         lag_list if "rmm" in labels else (), tuple(points), time.perf_counter() - t0)
+                         lag_list if "rmm" in labels else (), tuple(points), time.perf_counter() - t0, share)
 
 
 def format_kv_sweep(result: KVSweepResult) -> list[tuple]:

@@ -89,6 +89,9 @@ def register(sub) -> None:
                    help="attention trace: commit lags of rmm, whole numbers of steps or inf (default 0)")
     w.add_argument("--prefill", type=int, default=0, metavar="P",
                    help="attention trace: the first P steps are the prompt (default 0)")
+    w.add_argument("--share", choices=("head", "layer"), default="head",
+                   help="attention trace: head: each KV head holds at most B (default); layer: a layer's KV "
+                        "heads share kv_heads x B (online policies only)")
     w.add_argument("--k", type=int, default=2, help="k of lru-k (default 2)")
     w.add_argument("--executor", default="local", metavar="SPEC",
                    help="where points run: local (--jobs worker processes, default), threads, or "
@@ -303,6 +306,8 @@ def cmd_sweep(args) -> int:
     for flag, value in (("--budgets", args.budgets), ("--lags", args.lags)):
         if value is not None:
             raise OptionError(f"{flag} applies to a memopt-attention trace (KV sweep), not to routing traces")
+    if args.share != "head":
+        raise OptionError("--share applies to a memopt-attention trace (KV sweep), not to routing traces")
     if args.capacities is None:
         raise OptionError("the following argument is required for routing traces: --capacities")
     opt.integer(args.jobs, "--jobs", low=1, high=opt.MAX_JOBS)
@@ -366,14 +371,15 @@ def _cmd_kv_sweep(args) -> int:
     T = trace.steps
     opt.integer(args.prefill, "--prefill", low=0, high=T)
     budgets = [value if kind == "positions" else int(math.floor(value * T)) for kind, value in specs]
-    result = run_kv_sweep(source, policies, budgets, lags=lags, prefill=args.prefill, executor=executor,
-                          jobs=args.jobs, progress=not args.json)
+    result = run_kv_sweep(source, policies, budgets, lags=lags, prefill=args.prefill, share=args.share,
+                          executor=executor, jobs=args.jobs, progress=not args.json)
     if args.json:
         write_json(result.to_dict())
     if args.plot:
         plot_kv_sweep(result, args.plot, lag_plot)
     if not args.json:
-        print(f"{args.trace[0]}: {T} steps, {result.heads} heads, prefill {result.prefill}; "
+        shared = "" if result.share == "head" else f", budgets shared by each layer's {trace.kv_heads} KV heads"
+        print(f"{args.trace[0]}: {T} steps, {result.heads} heads, prefill {result.prefill}{shared}; "
               f"{len(result.points)} points ({result.seconds:.1f}s)")
         print_table(format_kv_sweep(result), header=["policy", "lag", "budget", "retained", "units"],
                     align="lrrrr")
