@@ -216,3 +216,45 @@ def test_auto_with_only_the_hitting_set_model_stays_sound(seed, cap, cut):
         assert cost is not None and r.peak <= limit and r.cap == [cap] * g.num_ops
         assert Fraction(r.cost_lower_bound) <= cost <= Fraction(r.extra_cost)
         check_plan(g, r.plan, cap=cap, claimed_peak=r.peak, claimed_extra_cost=r.extra_cost)
+
+
+def _held_value_graph(m: int) -> TensorGraph:
+    """``A`` makes ``a`` (10 bytes, cost 1), held across ``m`` ops of 20 bytes of workspace and
+    read after each: under 22 bytes ``A`` must re-run before every reader."""
+    tensors, ops, prev = [Tensor("a", 10)], [Op("A", (), ("a",), cost=1)], None
+    for i in range(m):
+        tensors += [Tensor(f"h{i}", 1), Tensor(f"c{i}", 1, output=i == m - 1)]
+        ops.append(Op(f"H{i}", (prev,) if prev else (), (f"h{i}",), workspace=20, cost=50))
+        ops.append(Op(f"C{i}", ("a", f"h{i}"), (f"c{i}",), cost=50))
+        prev = f"c{i}"
+    return TensorGraph.build(tensors, ops, name=f"held{m}")
+
+
+def test_unlimited_cap_is_refused_not_solved_with_another_cap():
+    # cap=None means "no upper limit" in the model; the slot models need a finite cap, so the
+    # API must refuse it (it used to solve with cap 1 and could answer "infeasible" here)
+    g = _held_value_graph(3)
+    assert min_extra_cost(g, 22, None)[0] == 2
+    with pytest.raises(OptionError, match="finite cap"):
+        memopt.remat(g, memory_limit=22, cap=None)
+    assert memopt.remat(g, memory_limit=22, cap=2).extra_cost == 2
+
+
+def test_min_peak_with_an_incumbent_over_the_budget_starts_from_the_plain_order():
+    from memopt.remat.cpsat import solve_cpsat
+    from memopt.remat.mip import solve_mip
+
+    g = _held_value_graph(2)
+    costly = memopt.remat(g, memory_limit=22, cap=1).plan          # extra cost 1
+    for solve in (solve_cpsat, solve_mip):
+        r = solve(g, "min_peak", cost_budget=0, cap=1, incumbent=costly, time_limit=10)
+        assert (r.status, r.extra_cost) == ("optimal", 0)
+        assert r.peak == min_peak(g, 0, 1)[0]
+
+
+def test_checker_refuses_caps_it_cannot_read():
+    g = _held_value_graph(2)
+    plan = memopt.remat(g, memory_limit=22, cap=1).plan
+    for bad in ({"A": 1}, "1", [1, 1], [1, -1, 0, 0, 0], [True] * g.num_ops, 1.5):
+        with pytest.raises(OptionError):
+            check_plan(g, plan, cap=bad)

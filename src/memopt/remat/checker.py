@@ -12,6 +12,7 @@ claimed peak or extra cost raises :class:`CertificateError`.
 
 from __future__ import annotations
 
+import numbers
 from fractions import Fraction
 from typing import Mapping
 
@@ -68,9 +69,17 @@ def check_plan(graph: TensorGraph, plan, cap=None, *, aliases: Mapping | None = 
             raise OptionError(f"cap must be >= 0, got {cap}")
         limit = [cap + 1] * n
     else:
-        cap = list(cap)
+        if isinstance(cap, Mapping) or isinstance(cap, (str, bytes)):
+            raise OptionError("the plan checker takes cap=None, one integer k or a list of one k per op "
+                              f"(got a {type(cap).__name__})")
+        try:
+            cap = list(cap)
+        except TypeError:
+            raise OptionError(f"cap must be None, an integer or a list of one per op, got {type(cap).__name__}") from None
         if len(cap) != n:
             raise OptionError("a list of caps needs one entry per op")
+        if any(isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 0 for k in cap):
+            raise OptionError("every cap in the list must be an integer >= 0")
         limit = [int(k) + 1 for k in cap]
     tindex = {name: t for t, name in enumerate(graph.tensor_names)}
     alias_of: dict[int, int] = {}

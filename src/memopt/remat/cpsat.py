@@ -38,6 +38,7 @@ memory while run ``t`` runs (live before it, its outputs, its workspace). Conver
 solution is the plan "run slot ``t``'s op; free each tensor after the last slot it covers"
 (:func:`~memopt.remat.model_common.plan_from_slots`) with the same memory. The plan is
 re-evaluated exactly and checked before it is returned.
+Exactness: proofs/remat_exact_models.md
 
 With several workers CP-SAT may return different optimal plans from run to run; the
 optimal values do not change. ``num_workers=1`` is deterministic for a given ``seed``.

@@ -40,6 +40,7 @@ slot holds a subset of the previous run's memory). Conversely a solution is the 
 slot ``t``'s op, then free ``(L[t] ∪ out) \\ L[t+1]``" (:func:`plan_from_slots`), with exactly
 the solution's memory. Hence both optima equal the model's. Every plan is re-evaluated
 exactly and checked; a disagreement is an :class:`~memopt.errors.InternalError`.
+Exactness: proofs/remat_exact_models.md
 
 Example
 -------

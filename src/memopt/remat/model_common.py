@@ -42,7 +42,7 @@ import numpy as np
 
 from memopt.core.remat import FREE, RUN, evaluate_steps, exact_costs
 from memopt.core.tensor_graph import TensorGraph
-from memopt.errors import OptionError, ScheduleError
+from memopt.errors import MemoptError, OptionError, ScheduleError
 
 __all__ = ["RematProblem", "MAX_CAP", "footprint_bound", "byte_scale", "cost_scale", "plan_from_runs",
            "plan_from_slots", "slots_from_plan", "evaluate", "QUESTIONS", "reduced_caps", "model_budget"]
@@ -90,7 +90,12 @@ class RematProblem:
         graph = problem if isinstance(problem, TensorGraph) else getattr(problem, "graph", None)
         if not isinstance(graph, TensorGraph):
             raise OptionError(f"recomputation needs a tensor graph, got {type(problem).__name__}")
-        caps = resolve_caps(graph, 1 if cap is None else cap)
+        if cap is None:
+            # the docs' cap=None means "no upper limit", which no slot model can represent:
+            # refuse rather than silently solving for some finite cap
+            raise OptionError("the recomputation solvers need a finite cap: give cap=k (one k for every op), "
+                              "a list of one k per op, or a mapping {op: k} naming every op")
+        caps = resolve_caps(graph, cap)
         big = [v for v, k in enumerate(caps) if k > MAX_CAP]
         if big:
             raise OptionError(f"op {graph.op_names[big[0]]!r}: recomputation cap {caps[big[0]]} is above "
@@ -400,10 +405,14 @@ def start_result(p: RematProblem, question: str, memory_limit, cost_budget, incu
                                 cap=caps, method=method, seconds=time.perf_counter() - t0,
                                 stats={"proof": "footprint bound"})
         return st
-    if incumbent is None and question == "min_peak":
-        incumbent = plan_from_runs(p, p.graph.topological_order().tolist())
     if incumbent is not None:
         pk, c = evaluate(p, incumbent)
+        if question == "min_peak" and c > cost_budget:
+            incumbent = None      # over the budget it answers nothing; min_peak starts from one that does
+    if incumbent is None and question == "min_peak":
+        incumbent = plan_from_runs(p, p.graph.topological_order().tolist())
+        pk, c = evaluate(p, incumbent)
+    if incumbent is not None:
         if answers(question, pk, c, memory_limit, cost_budget):
             st.incumbent, st.incumbent_peak, st.incumbent_cost = incumbent, pk, c
             if (question == "min_cost" and c == 0) or (question == "min_peak" and pk <= lower):
@@ -430,7 +439,10 @@ def finish_result(p: RematProblem, st: Start, plan, proven, method: str, t0: flo
     q = st.question
     best, best_pc = st.incumbent, None if st.incumbent is None else (st.incumbent_peak, st.incumbent_cost)
     if plan is not None:
-        pk, c = evaluate(p, plan)  # raises ScheduleError if the solver's plan breaks a rule: a bug
+        try:
+            pk, c = evaluate(p, plan)
+        except MemoptError as exc:  # the solver's plan breaks a rule of the model: a bug, not bad input
+            raise InternalError(f"{method}-plan", f"the {method} model's plan breaks the model: {exc}") from exc
         if answers(q, pk, c, st.memory_limit, st.cost_budget):
             if better(q, (pk, c), best_pc):
                 best, best_pc = plan, (pk, c)
