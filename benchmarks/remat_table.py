@@ -39,7 +39,7 @@ two phases, 16 CP-SAT workers) and the mapping:
   graphs under 500 nodes); the subprocess is ended after ``1.5 x`` the limit + 60 s;
 * its plan (the run sequence ordered by start time) is re-evaluated in memopt's model:
   converted into memopt steps with every value freed after its last use
-  (:func:`memopt.remat.model_common.plan_from_runs`) and measured by memopt's checker
+  (:func:`memopt.remat.plan_from_runs`) and measured by memopt's checker
   (:func:`memopt.remat.check_plan`) with cap ``C - 1``; ``valid`` says whether the plan
   passes the checker and meets ``M``. The single graph output of these files is their last
   op, so Moccasin freeing it after it runs and memopt keeping it live agree;
@@ -157,15 +157,12 @@ def run_moccasin(src: str, graph_file: str, limit: int, cap: int, time_limit: fl
 def reevaluate(graph, runs_labels: list[str], cap: int, limit: int) -> dict:
     """Moccasin's run sequence measured in memopt's model: peak, extra cost, validity."""
     from memopt.errors import MemoptError
-    from memopt.remat import check_plan
-    from memopt.remat.model_common import RematProblem, plan_from_runs
+    from memopt.remat import check_plan, plan_from_runs
 
-    index = {name: v for v, name in enumerate(graph.op_names)}
     try:
-        runs = [index[x] for x in runs_labels]
-        plan = plan_from_runs(RematProblem.of(graph, cap), runs)
+        plan = plan_from_runs(graph, runs_labels)
         peak, extra = check_plan(graph, plan, cap=cap)
-    except (KeyError, MemoptError) as exc:
+    except MemoptError as exc:
         return {"valid": False, "why": f"{type(exc).__name__}: {exc}"}
     ok = peak <= limit
     return {"valid": ok, "peak": int(peak), "extra_cost": extra,

@@ -258,3 +258,20 @@ def test_checker_refuses_caps_it_cannot_read():
     for bad in ({"A": 1}, "1", [1, 1], [1, -1, 0, 0, 0], [True] * g.num_ops, 1.5):
         with pytest.raises(OptionError):
             check_plan(g, plan, cap=bad)
+
+
+def test_plan_from_runs_takes_names_or_ids_and_frees_as_early_as_possible():
+    from memopt.errors import ScheduleError
+    from memopt.remat import plan_from_order, plan_from_runs
+
+    g = _held_value_graph(3)
+    order = g.topological_order().tolist()
+    # no repeats: the plan of the order, by names or by ids
+    assert plan_from_runs(g, [g.op_names[v] for v in order]) == plan_from_order(g, order)
+    assert plan_from_runs(g, order) == plan_from_order(g, order)
+    # re-running A before every reader: the optimum of the limit 22 (brute force: extra cost 2)
+    runs = ["H0", "A", "C0", "H1", "A", "C1", "H2", "A", "C2"]
+    assert check_plan(g, plan_from_runs(g, runs), cap=2) == (22, 2)
+    for bad in (["A", "Z"], ["C0"], [99], [True]):
+        with pytest.raises(ScheduleError):
+            plan_from_runs(g, bad)

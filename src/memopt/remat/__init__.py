@@ -4,7 +4,9 @@
 * :func:`evaluate_plan` — the one evaluator: validates and returns ``(peak, extra_cost, profile)``;
 * :func:`plan_from_order` — the no-recomputation plan of an order, frees as early as
   possible (its peak is :func:`memopt.core.peak` of the order);
-* :func:`check_plan` — the independent checker.
+* :func:`check_plan` — the independent checker;
+* :func:`plan_from_runs` — the plan of a run sequence (repeats allowed), frees as early as
+  possible: how another tool's recomputation schedule enters the model.
 
 The exhaustive solvers in :mod:`memopt.remat.brute_force` serve the tests and are not
 part of any public solver list.
@@ -17,11 +19,12 @@ registry (:mod:`memopt.remat.registry`); the package itself is callable
 import sys as _sys
 
 __all__ = ["RematPlan", "PlanEvaluation", "evaluate_plan", "plan_from_order", "check_plan", "exact_costs",
-           "resolve_caps", "resolve_aliases", "RUN", "FREE", "remat", "RematResult", "ParetoResult"]
+           "resolve_caps", "resolve_aliases", "RUN", "FREE", "remat", "RematResult", "ParetoResult", "plan_from_runs"]
 
 # every public name is imported on first use, so that reading the method registry (the
 # ``memopt`` command's parser) imports neither numpy nor ``memopt.core``
-_LAZY = {"remat": ("memopt.remat.api", "remat"), "ParetoResult": ("memopt.remat.api", "ParetoResult"),
+_LAZY = {"remat": ("memopt.remat.api", "remat"), "plan_from_runs": ("memopt.remat.api", "plan_from_runs"),
+         "ParetoResult": ("memopt.remat.api", "ParetoResult"),
          "RematResult": ("memopt.remat.result", "RematResult"), "check_plan": ("memopt.remat.checker", "check_plan"),
          **{name: ("memopt.remat.plan", name) for name in ("FREE", "RUN", "PlanEvaluation", "RematPlan",
                                                            "evaluate_plan", "exact_costs", "plan_from_order",

@@ -48,8 +48,10 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 
+import numpy as np
+
 from memopt.errors import InternalError, OptionError, ScheduleError
-from memopt.remat.model_common import RematProblem, better, footprint_bound, plan_from_runs, reduced_caps
+from memopt.remat.model_common import RematProblem, better, footprint_bound, plan_from_runs as plan_from_runs_of, reduced_caps
 from memopt.remat.result import RematResult
 
 __all__ = ["remat", "ParetoResult"]
@@ -92,6 +94,42 @@ def _graph_of(model):
     return model
 
 
+def plan_from_runs(graph, runs):
+    """The :class:`~memopt.remat.RematPlan` that runs ``runs`` (op names or ids, repetitions
+    allowed) in that order and frees every tensor as early as possible: each production serves
+    the reads up to the next production of the same tensor and is freed right after the last of
+    them; the last production of a graph output stays live; graph inputs nobody reads are freed
+    at the start. This is how a recomputation schedule from another tool (an order of runs,
+    e.g. Checkmate's or Moccasin's) enters memopt's model; measure it with
+    :func:`~memopt.remat.check_plan`. Raises :class:`~memopt.errors.ScheduleError` on an
+    unknown op or a run that reads a tensor not produced before it.
+
+    >>> from memopt.core import Op, Tensor, TensorGraph
+    >>> g = TensorGraph.build([Tensor("a", 4), Tensor("b", 2, output=True)],
+    ...                       [Op("A", (), ("a",), cost=3), Op("B", ("a",), ("b",), cost=5)])
+    >>> plan = plan_from_runs(g, ["A", "B", "A", "B"])
+    >>> plan.to_doc(g)
+    [{'run': 'A'}, {'run': 'B'}, {'free': 'a'}, {'free': 'b'}, {'run': 'A'}, {'run': 'B'}, {'free': 'a'}]
+    >>> from memopt.remat import check_plan
+    >>> check_plan(g, plan, cap=1)          # (peak, extra cost)
+    (6, 8)
+    """
+    g = _graph_of(graph)
+    ids = []
+    for i, x in enumerate(runs):
+        if isinstance(x, str) and x in g.op_index:
+            ids.append(g.op_index[x])
+        elif isinstance(x, (int, np.integer)) and not isinstance(x, bool) and 0 <= int(x) < g.num_ops:
+            ids.append(int(x))
+        else:
+            raise ScheduleError(f"run {i}: unknown op {x!r}")
+    counts = [0] * g.num_ops
+    for v in ids:
+        counts[v] += 1
+    # caps do not shape the plan; the problem is built with the caps these runs use
+    return plan_from_runs_of(RematProblem.of(g, [max(c - 1, 0) for c in counts]), ids)
+
+
 def _ratio(value) -> Decimal:
     try:
         r = Decimal(str(value)) if not isinstance(value, Decimal) else value
@@ -123,7 +161,7 @@ class _Call:
             from memopt.schedule import schedule
 
             res = schedule(self.p.graph, time_limit=max(0.05, 0.25 * self.left()), seed=self.seed)
-            self._base = (plan_from_runs(self.p, res.order.tolist()), int(res.peak), res.status)
+            self._base = (plan_from_runs_of(self.p, res.order.tolist()), int(res.peak), res.status)
         return self._base
 
     def lower(self) -> int:
