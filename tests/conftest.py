@@ -47,3 +47,19 @@ def tiny_llama():
     cfg._attn_implementation = "eager"
     torch.manual_seed(0)
     return transformers.LlamaForCausalLM(cfg).eval()
+
+
+def held_value_graph(m: int):
+    """A recomputation test graph: ``A`` makes ``a`` (10 bytes, cost 1); ``m`` rounds each run a
+    big-workspace op ``H{i}`` (20 bytes of workspace) and then ``C{i}``, which reads ``a``. Under
+    22 bytes ``a`` cannot be live while any ``H{i}`` runs, so ``A`` must run before every ``C{i}``: ``m`` runs in all."""
+    from memopt.core import Op, Tensor, TensorGraph
+
+    tensors, ops, prev = [Tensor("a", 10)], [Op("A", (), ("a",), cost=1)], None
+    for i in range(m):
+        last = i == m - 1
+        tensors += [Tensor(f"h{i}", 1), Tensor(f"c{i}", 1, output=last)]
+        ops.append(Op(f"H{i}", (prev,) if prev else (), (f"h{i}",), workspace=20, cost=50))
+        ops.append(Op(f"C{i}", ("a", f"h{i}"), (f"c{i}",), cost=50))
+        prev = f"c{i}"
+    return TensorGraph.build(tensors, ops, name=f"held{m}")

@@ -17,6 +17,8 @@ from memopt.remat.brute_force import min_extra_cost, min_peak
 from memopt.remat.result import RematResult
 from memopt.schedule.brute_force import brute_force_schedule, random_tensor_graph
 
+from conftest import held_value_graph
+
 
 def late_reuse() -> TensorGraph:
     """f's cheap value a is read at the very end; recomputing it lowers the peak 14 -> 12."""
@@ -218,22 +220,10 @@ def test_auto_with_only_the_hitting_set_model_stays_sound(seed, cap, cut):
         check_plan(g, r.plan, cap=cap, claimed_peak=r.peak, claimed_extra_cost=r.extra_cost)
 
 
-def _held_value_graph(m: int) -> TensorGraph:
-    """``A`` makes ``a`` (10 bytes, cost 1), held across ``m`` ops of 20 bytes of workspace and
-    read after each: under 22 bytes ``A`` must re-run before every reader."""
-    tensors, ops, prev = [Tensor("a", 10)], [Op("A", (), ("a",), cost=1)], None
-    for i in range(m):
-        tensors += [Tensor(f"h{i}", 1), Tensor(f"c{i}", 1, output=i == m - 1)]
-        ops.append(Op(f"H{i}", (prev,) if prev else (), (f"h{i}",), workspace=20, cost=50))
-        ops.append(Op(f"C{i}", ("a", f"h{i}"), (f"c{i}",), cost=50))
-        prev = f"c{i}"
-    return TensorGraph.build(tensors, ops, name=f"held{m}")
-
-
 def test_unlimited_cap_is_refused_not_solved_with_another_cap():
     # cap=None means "no upper limit" in the model; the slot models need a finite cap, so the
     # API must refuse it (it used to solve with cap 1 and could answer "infeasible" here)
-    g = _held_value_graph(3)
+    g = held_value_graph(3)
     assert min_extra_cost(g, 22, None)[0] == 2
     with pytest.raises(OptionError, match="finite cap"):
         memopt.remat(g, memory_limit=22, cap=None)
@@ -244,7 +234,7 @@ def test_min_peak_with_an_incumbent_over_the_budget_starts_from_the_plain_order(
     from memopt.remat.cpsat import solve_cpsat
     from memopt.remat.mip import solve_mip
 
-    g = _held_value_graph(2)
+    g = held_value_graph(2)
     costly = memopt.remat(g, memory_limit=22, cap=1).plan          # extra cost 1
     for solve in (solve_cpsat, solve_mip):
         r = solve(g, "min_peak", cost_budget=0, cap=1, incumbent=costly, time_limit=10)
@@ -253,7 +243,7 @@ def test_min_peak_with_an_incumbent_over_the_budget_starts_from_the_plain_order(
 
 
 def test_checker_refuses_caps_it_cannot_read():
-    g = _held_value_graph(2)
+    g = held_value_graph(2)
     plan = memopt.remat(g, memory_limit=22, cap=1).plan
     for bad in ({"A": 1}, "1", [1, 1], [1, -1, 0, 0, 0], [True] * g.num_ops, 1.5):
         with pytest.raises(OptionError):
@@ -264,7 +254,7 @@ def test_plan_from_runs_takes_names_or_ids_and_frees_as_early_as_possible():
     from memopt.errors import ScheduleError
     from memopt.remat import plan_from_order, plan_from_runs
 
-    g = _held_value_graph(3)
+    g = held_value_graph(3)
     order = g.topological_order().tolist()
     # no repeats: the plan of the order, by names or by ids
     assert plan_from_runs(g, [g.op_names[v] for v in order]) == plan_from_order(g, order)

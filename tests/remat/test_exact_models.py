@@ -24,6 +24,8 @@ from memopt.remat.mip import solve_mip
 from memopt.remat.model_common import RematProblem, plan_from_runs
 from memopt.remat.plan import FREE, RUN, RematPlan
 
+from conftest import held_value_graph
+
 SOLVERS = (solve_cpsat, solve_mip)
 #: sizes with many zeros (size-0 outputs, aliases) and a few large values (what is worth re-running)
 SIZES = (0, 0, 1, 2, 5, 9, 16)
@@ -135,20 +137,6 @@ def test_models_equal_brute_force_on_graphs_with_size_zero_outputs_and_inputs(se
 
 
 # ---------------------------------------------------------------------------- every slot used
-def held_value_graph(m: int) -> TensorGraph:
-    """``A`` makes ``a`` (10 bytes, cost 1); ``m`` rounds each run a big-workspace op ``H{i}``
-    (20 bytes of workspace) and then ``C{i}``, which reads ``a``. Under 22 bytes ``a`` cannot be
-    live while any ``H{i}`` runs, so ``A`` must run before every ``C{i}``: ``m`` runs in all."""
-    tensors, ops, prev = [Tensor("a", 10)], [Op("A", (), ("a",), cost=1)], None
-    for i in range(m):
-        last = i == m - 1
-        tensors += [Tensor(f"h{i}", 1), Tensor(f"c{i}", 1, output=last)]
-        ops.append(Op(f"H{i}", (prev,) if prev else (), (f"h{i}",), workspace=20, cost=50))
-        ops.append(Op(f"C{i}", ("a", f"h{i}"), (f"c{i}",), cost=50))
-        prev = f"c{i}"
-    return TensorGraph.build(tensors, ops, name=f"held{m}")
-
-
 @pytest.mark.parametrize("m", (2, 3, 4))
 def test_a_plan_that_fills_every_slot_is_found_and_one_cap_less_is_infeasible(m):
     """With ``A``'s cap ``m - 1`` and every other cap 0 the only plans use all
