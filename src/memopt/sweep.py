@@ -497,8 +497,11 @@ def plot_lines(path, series: Iterable[tuple[str, Sequence[float], Sequence[float
 
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    for label, xs, ys in series:
-        ax.plot(list(xs), list(ys), ".-", lw=1, ms=4, label=label)
+    series = list(series)
+    # the default cycle repeats after 10 colours: beyond that, 20 distinct ones
+    colours = plt.get_cmap("tab20").colors if len(series) > 10 else [None] * len(series)
+    for i, (label, xs, ys) in enumerate(series):
+        ax.plot(list(xs), list(ys), ".-", lw=1, ms=4, label=label, color=colours[i % len(colours)])
     for label, xs, y in marks:
         xs = list(xs)
         if xs:
