@@ -1,7 +1,7 @@
 """Benchmark of the exact recomputation DP (memopt.remat.treedp) on random series-parallel graphs.
 
     python benchmarks/remat_treedp.py [--ops 14 20 60] [--cap 2] [--graphs 6] [--ratios 0.9 0.8]
-                                      [--time-limit 10] [--cpsat] [--dijkstra] [--brute-force]
+                                      [--time-limit 10] [--warm] [--cpsat] [--dijkstra] [--brute-force]
 
 For each random two-terminal series-parallel graph (``memopt.schedule.brute_force.random_sp_edges``:
 edge subdivisions and parallel paths, one tensor per edge, sizes 0..11, costs 1..9, seeds
@@ -11,7 +11,10 @@ edge subdivisions and parallel paths, one tensor per edge, sizes 0..11, costs 1.
 the DP answers ``infeasible`` at once. Prints one line per instance: ops, width (largest
 antichain), P0, limit, peak lower bound, then the DP (A* order, the default): status, extra
 cost, peak, states expanded, seconds; with ``--dijkstra`` the same search without the A*
-bound (``use_astar=False``), with ``--cpsat`` the CP-SAT model through the recomputation
+bound (``use_astar=False``), with ``--warm`` the registry method ``treedp`` (the same DP
+warm-started, within the same time limit, by the cost lower bound of
+``memopt.remat.lower_bounds.cost_lower_bound`` and the ``heuristic`` method's plan: status,
+extra cost, cost lower bound CLB, states, seconds), with ``--cpsat`` the CP-SAT model through the recomputation
 registry (same limit, same time limit, its status and extra cost), with ``--brute-force``
 the exhaustive search (small graphs only). Every plan is re-checked by ``check_plan``.
 Timings are wall-clock on this machine; they belong here, not in the tests.
@@ -60,6 +63,20 @@ def _dp_cell(g, M, cap, time_limit, use_astar):
     return f"{r.status:>11} {extra:>6} {peak:>5} {r.states:>8} {dt:>7.2f}"
 
 
+def _warm_cell(g, M, cap, time_limit):
+    """The registry method ``treedp`` (the DP warm-started with the cost lower bound and the
+    heuristic's plan, all within ``time_limit``): status, extra cost, cost lower bound, seconds."""
+    from memopt.remat.registry import get_method
+    t0 = time.perf_counter()
+    r = get_method("treedp").load()(g, question="min_cost", memory_limit=M, cap=cap, time_limit=time_limit)
+    dt = time.perf_counter() - t0
+    if r.plan is not None:
+        check_plan(g, r.plan, cap, claimed_peak=r.peak, claimed_extra_cost=r.extra_cost)
+    extra = "-" if r.extra_cost is None else str(r.extra_cost)
+    clb = "-" if r.cost_lower_bound is None else str(r.cost_lower_bound)
+    return f"{r.status:>11} {extra:>6} {clb:>4} {r.stats.get('states', 0):>8} {dt:>7.2f}"
+
+
 def _cpsat_cell(g, M, cap, time_limit):
     from memopt.remat.registry import get_method
     t0 = time.perf_counter()
@@ -79,6 +96,8 @@ def main() -> None:
     ap.add_argument("--time-limit", type=float, default=10.0)
     ap.add_argument("--max-size", type=int, default=12)
     ap.add_argument("--dijkstra", action="store_true", help="also run the search without the A* bound")
+    ap.add_argument("--warm", action="store_true",
+                    help="also run the registry method treedp (warm start: cost lower bound + heuristic incumbent)")
     ap.add_argument("--cpsat", action="store_true", help="also run CP-SAT (memopt.remat.cpsat) on the same instances")
     ap.add_argument("--brute-force", action="store_true",
                     help="also run the exhaustive search (memopt.remat.brute_force) for comparison; small graphs only")
@@ -88,6 +107,8 @@ def main() -> None:
            f"{'A* status':>11} {'extra':>6} {'peak':>5} {'states':>8} {'seconds':>7}"
     if a.dijkstra:
         head += f" | {'Dijkstra':>11} {'extra':>6} {'peak':>5} {'states':>8} {'seconds':>7}"
+    if a.warm:
+        head += f" | {'DP warm':>11} {'extra':>6} {'CLB':>4} {'states':>8} {'seconds':>7}"
     if a.cpsat:
         head += f" | {'CP-SAT':>11} {'extra':>6} {'seconds':>7}"
     print(head)
@@ -109,6 +130,8 @@ def main() -> None:
                        + _dp_cell(g, M, a.cap, a.time_limit, True)
                 if a.dijkstra:
                     line += " | " + _dp_cell(g, M, a.cap, a.time_limit, False)
+                if a.warm:
+                    line += " | " + _warm_cell(g, M, a.cap, a.time_limit)
                 if a.cpsat:
                     line += " | " + _cpsat_cell(g, M, a.cap, a.time_limit)
                 print(line, flush=True)

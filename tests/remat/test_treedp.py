@@ -1,8 +1,10 @@
 """The exact recomputation DP (memopt.remat.treedp) against the exhaustive search, on
 random small graphs and random small series-parallel graphs, caps 0-2, both questions;
 its plans pass the independent checker; with cap 0 it is the scheduling core's optimum;
-the A* order and plain Dijkstra agree; the bound charges what Lemma 4 says; on
-series-parallel graphs of 14-20 ops it agrees with CP-SAT."""
+the A* order and plain Dijkstra agree; the bound charges what Lemma 4 says; branch and
+bound (an incumbent plan, a proven cost lower bound: Lemma 5) keeps the optimum and answers
+with the incumbent on a time-out; on series-parallel graphs of 14-20 ops it agrees with
+CP-SAT."""
 
 from __future__ import annotations
 
@@ -242,3 +244,48 @@ def test_series_parallel_equals_cpsat(n_ops, seed, ratio):
     assert r.status == "optimal" and c.status == "optimal"
     assert r.extra_cost == c.extra_cost > 0 and r.peak <= limit
     assert check_plan(g, r.plan, 2) == (r.peak, r.extra_cost)
+
+
+@SETTINGS
+@given(st.tuples(st.integers(0, 2**32 - 1), st.integers(1, 7), st.integers(1, 2), st.booleans()))
+def test_incumbent_and_cost_lower_bound_keep_the_optimum(args):
+    """Branch and bound (Lemma 5): an incumbent plan within the limit (the heuristic's, or
+    the optimum itself) and a proven cost lower bound change neither the status nor the
+    optimum; an optimal incumbent that meets the bound is returned without a search."""
+    from memopt.remat.lower_bounds import cost_lower_bound
+    from memopt.remat.registry import get_method
+
+    seed, n, cap, sp = args
+    rng = np.random.default_rng(seed)
+    g = random_sp(rng, n + 1) if sp else random_tensor_graph(rng, n)
+    for M in limits(g, cap):
+        c, _ = bf.min_extra_cost(g, M, cap)
+        if c is None:
+            continue
+        opt = min_extra_cost(g, M, cap, use_bound=False)
+        h = get_method("heuristic").load()(g, question="min_cost", memory_limit=M, cap=cap, time_limit=5)
+        lower = cost_lower_bound(g, M, cap, time_limit=5).value
+        assert lower <= c
+        for plan in (h.plan if h.peak is not None and h.peak <= M else None, opt.plan):
+            r = min_extra_cost(g, M, cap, use_bound=False, incumbent=plan, cost_lower=lower)
+            assert r.status == "optimal" and r.extra_cost == c and r.peak <= M
+            assert check_plan(g, r.plan, cap) == (r.peak, r.extra_cost)
+        met = min_extra_cost(g, M, cap, incumbent=opt.plan, cost_lower=c)
+        assert (met.status, met.extra_cost, met.states) == ("optimal", c, 0)
+
+
+def test_time_limit_returns_the_incumbent():
+    """Stopped before the proof, the DP answers with the incumbent it was given (not proved);
+    an incumbent over the limit is ignored."""
+    g = TensorGraph.build(
+        tensors=[Tensor("a", 10), Tensor("b", 4), Tensor("c", 4), Tensor("d", 4), Tensor("z", 1, output=True)],
+        ops=[Op("A", (), ("a",), cost=1), Op("B", ("a",), ("b",), cost=5), Op("C", ("b",), ("c",), cost=5),
+             Op("D", ("c",), ("d",), cost=5), Op("Z", ("a", "d"), ("z",), cost=5)])
+    inc = min_extra_cost(g, 15, 1).plan  # re-runs A: extra cost 1
+    r = min_extra_cost(g, 15, 1, max_states=0, incumbent=inc)
+    assert (r.status, r.extra_cost) == ("time_limit", 1) and r.plan is inc
+    assert check_plan(g, r.plan, 1) == (r.peak, 1)
+    proved = min_extra_cost(g, 15, 1, incumbent=inc)  # nothing cheaper: the incumbent is optimal
+    assert (proved.status, proved.extra_cost) == ("optimal", 1) and proved.states > 0
+    over = min_extra_cost(g, 14, 1, max_states=0, incumbent=inc)
+    assert over.status in ("time_limit", "infeasible") and over.plan is None

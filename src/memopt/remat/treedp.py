@@ -53,6 +53,16 @@ bound is what makes the search practical: an early free of a still-needed tensor
 tensor are charged at once instead of when the re-run happens, so the search no longer
 enumerates every keep/free combination at extra cost 0.
 
+Branch and bound (proofs/remat_treedp.md, Lemma 5): given an incumbent plan within the limit
+(the registry method ``treedp`` takes the ``heuristic`` method's) only strictly cheaper
+plans are searched for (a successor whose key reaches the incumbent's cost is not pushed),
+the incumbent is optimal when the heap runs empty and is the answer on a time-out; given a
+proven lower bound ``l`` on the answer (:func:`memopt.remat.lower_bounds.cost_lower_bound`),
+keys are raised to ``l`` and an incumbent of cost ``l`` is optimal at once. Ties on the key
+go to the deeper state, then to the one with fewer live bytes: when the optimum equals the
+lower bound this turns the search into a dive that finds it without sweeping the layers
+below.
+
 Example: a cheap early value ``a`` read again at the end; under 15 bytes it must be
 recomputed (cost 1):
 
@@ -91,15 +101,19 @@ only parameter. With cap 0 no op is ever open and the live set is forced by the 
 the DP *is* the ideal-lattice DP of the scheduling core: ``S <= #ideals``.
 
 Where it stands (benchmarks/remat_treedp.py, cap 2, limits 0.9 and 0.8 of the proven
-no-recomputation optimum, 10 s per instance, this 2-core machine under heavy load, pure
-Python; details in proofs/remat_treedp.md §4): on random series-parallel graphs of 14 / 20
-/ 30 ops the DP proves 5/5, 5/7 and 7/10 of the limits the lower bound does not settle
-(CP-SAT: 3/5, 3/7, 3/10; Dijkstra without the bound: none), and where both prove it is
-faster on 8 of 9. On **60 ops the issue's target (exact in under 10 s) is not met**: half
-the limits are proved infeasible at once by :mod:`memopt.remat.lower_bounds`, the others
-exhaust the time limit (as CP-SAT does). The blow-up left is the number of (ideal, live
-set) pairs whose charged re-runs stay under the optimum, i.e. ``q`` above; the bound only
-sees re-runs the state already forces, not the memory pressure still ahead.
+no-recomputation optimum, 10 s per instance, this 2-core machine under load, pure Python;
+details in proofs/remat_treedp.md §4): on random series-parallel graphs of 14 / 20 / 30 ops
+the DP proves most limits the lower bound does not settle, faster than CP-SAT where both
+do. On **60 ops the issue's target (exact in under 10 s) is not met**: half the limits are
+proved infeasible at once by :mod:`memopt.remat.lower_bounds`; of the other six the
+warm-started registry method proves one in 1.4 s (the heuristic's plan meets the cost lower
+bound) and answers three more ``feasible`` with a cost lower bound; without a time limit two
+more are proved in 80-95 s (about 50 000-110 000 states), and three are still open after
+120 s. The blow-up left is the number of (ideal, live set) pairs whose charged re-runs stay
+under the optimum, i.e. ``q`` above, at 600-2 000 states per second: the bound only sees
+re-runs the state already forces; a per-state trap (minimum cut) bound on the memory still
+ahead, converted into cost by a knapsack, was tried and cut the states at most 1.6-fold at
+a higher cost per state (proofs/remat_treedp.md §4).
 
 Registered as the exact method ``treedp`` of :mod:`memopt.remat.registry` (:func:`treedp_method`).
 """
@@ -132,7 +146,8 @@ _UNLIMITED = 1 << 62
 
 class TreeDPResult(NamedTuple):
     """``status``: ``optimal`` (proved), ``infeasible`` (no plan within the caps meets the
-    limit), or ``time_limit`` (stopped; ``plan`` is ``None``). ``states``: states expanded."""
+    limit), or ``time_limit`` (stopped; ``plan`` is the incumbent given to
+    :func:`min_extra_cost`, not proved optimal, or ``None``). ``states``: states expanded."""
 
     status: str
     extra_cost: object
@@ -319,7 +334,7 @@ class _Instance:
 
 def min_extra_cost(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit: float | None = None,
                    max_states: int | None = None, verify: bool = True, use_bound: bool = True,
-                   use_astar: bool = True) -> TreeDPResult:
+                   use_astar: bool = True, incumbent: RematPlan | None = None, cost_lower=0) -> TreeDPResult:
     """The least extra cost of a plan with peak ``<= memory_limit`` within the caps.
 
     Returns a :class:`TreeDPResult`; ``status == "optimal"`` with a plan that passed the
@@ -330,6 +345,15 @@ def min_extra_cost(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit: 
     trap cuts) exceeds the limit (the tests turn it off to exercise the search alone).
     ``use_astar``: order the search by extra cost + :meth:`_Instance.rerun_bound` (A*);
     ``False`` is plain Dijkstra (the same optimum, more states: for comparison).
+
+    ``incumbent``: a known plan (e.g. from :mod:`memopt.remat.heuristic`); if its peak is
+    within the limit, only strictly cheaper plans are searched for (branch and bound: a state
+    whose key reaches the incumbent's cost is not pushed), the incumbent is returned as
+    optimal when none exists, and it is the plan returned on a time-out (status still
+    ``time_limit``). ``cost_lower``: a proven lower bound on the answer (e.g.
+    :func:`memopt.remat.lower_bounds.cost_lower_bound`); an incumbent that meets it is
+    optimal at once, and keys are raised to it (ties go to the deepest state: a dive towards
+    a plan of that cost). Neither changes the optimum (proofs/remat_treedp.md, Lemma 5).
     """
     if isinstance(memory_limit, bool) or not isinstance(memory_limit, int):
         raise OptionError(f"memory limit must be an integer number of bytes, got {memory_limit!r}")
@@ -339,6 +363,13 @@ def min_extra_cost(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit: 
         if peak_lower_bound(graph, cap, trap=False) > memory_limit:
             return TreeDPResult("infeasible", None, None, None, 0)
     deadline = None if time_limit is None else time.perf_counter() + float(time_limit)
+    upper, inc = None, None
+    if incumbent is not None:
+        ev = evaluate_plan(graph, incumbent, cap)
+        if ev.peak <= memory_limit:
+            upper, inc = ev.extra_cost, (incumbent, ev)
+            if upper <= cost_lower:
+                return _finish(graph, cap, incumbent, upper, memory_limit, 0, verify)
     n = inst.n
     start_live = sum(1 << t for t in inst.inputs)
     if inst.const + inst.live_bytes(start_live) > memory_limit:
@@ -351,13 +382,13 @@ def min_extra_cost(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit: 
     best = {start: 0}
     parent: dict = {start: None}
     tie = itertools.count()
-    # A*: key = extra cost so far + admissible bound on what is left (Lemma 4)
-    # ties on the key go to the state with more runs behind it (deeper, closer to a goal):
-    # with many states at key OPT this finds the goal without sweeping the whole layer
-    heap = [(h0 if use_astar else 0, 0, next(tie), 0, start)]
+    # A*: key = max(extra cost so far + admissible bound on what is left (Lemma 4), proven
+    # lower bound on the answer (Lemma 5)); ties on the key go to the state with more runs
+    # behind it (deeper, closer to a goal): with many states at key OPT this finds the goal
+    # without sweeping the whole layer
+    floor = cost_lower if use_astar else 0
+    heap = [(max(h0, floor) if use_astar else 0, 0, (0, next(tie)), 0, start)]
     expanded = 0
-    limit, need, pos_out, out_mask, run_mem = inst.limit, inst.need, inst.pos_out, inst.out_mask, inst.run_mem
-    zero_out, cost, touch = inst.zero_out, inst.cost, inst.touch
     while heap:
         _, depth, _, c, state = heapq.heappop(heap)
         if best[state] != c:
@@ -369,47 +400,70 @@ def min_extra_cost(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit: 
         expanded += 1
         if (max_states is not None and expanded > max_states) or \
                 (deadline is not None and expanded % 64 == 0 and time.perf_counter() > deadline):
-            return TreeDPResult("time_limit", None, None, None, expanded)
-        base = inst.live_bytes(live)
-        for v in range(n):
-            k = count[v]
-            if k == CLOSED or k >= limit[v]:
-                continue
-            if live & need[v] != need[v] or live & pos_out[v]:
-                continue
-            if base + run_mem[v] > memory_limit:
-                continue
-            pre = [t for t in zero_out[v] if live >> t & 1]
-            after = live | out_mask[v]
-            ncount = list(count)
-            ncount[v] = k + 1
-            settled = inst.settle(after, ncount)
-            if settled is None:
-                continue
-            nlive, ncount_t, auto, h1 = settled
-            nc = c + cost[v] if k else c
-            optional = [t for t in touch[v] if nlive >> t & 1]
-            for r in range(len(optional) + 1):
-                for drop in itertools.combinations(optional, r):
-                    dmask = sum(1 << t for t in drop)
-                    if k and pos_out[v] and ((after & ~nlive) | dmask) & pos_out[v] == pos_out[v]:
-                        continue  # a re-run whose outputs all go at once is useless (rule 4)
-                    flive = nlive & ~dmask
-                    if drop:
-                        # an explicit free can make more tensors useless or the state dead
-                        again = inst.settle(flive, list(ncount_t))
-                        if again is None:
-                            continue
-                        flive, fcount, more, h2 = again
-                    else:
-                        fcount, more, h2 = ncount_t, [], h1
-                    nstate = (flive, fcount)
-                    old = best.get(nstate)
-                    if old is None or nc < old:
-                        best[nstate] = nc
-                        parent[nstate] = (state, v, pre, list(auto) + list(drop) + list(more))
-                        heapq.heappush(heap, (nc + h2 if use_astar else nc, depth - 1, next(tie), nc, nstate))
+            return _stopped(inc, expanded)
+        for nstate, nc, h2, move in _moves(inst, state, c, memory_limit):
+            old = best.get(nstate)
+            if (old is None or nc < old) and (upper is None or nc + h2 < upper):
+                best[nstate] = nc
+                parent[nstate] = (state,) + move
+                key = max(nc + h2, floor) if use_astar else nc
+                # ties: more runs behind (closer to a goal), then fewer live bytes (more room)
+                heapq.heappush(heap, (key, depth - 1, (inst.live_bytes(nstate[0]), next(tie)), nc, nstate))
+    if inc is not None:
+        # no plan cheaper than the incumbent exists (Lemma 5): it is optimal
+        plan, ev = inc
+        return _finish(graph, cap, plan, ev.extra_cost, memory_limit, expanded, verify)
     return TreeDPResult("infeasible", None, None, None, expanded)
+
+
+def _stopped(inc, expanded) -> TreeDPResult:
+    """Out of time or states: ``time_limit``, with the incumbent plan (not proved) if any."""
+    if inc is None:
+        return TreeDPResult("time_limit", None, None, None, expanded)
+    plan, ev = inc
+    return TreeDPResult("time_limit", ev.extra_cost, ev.peak, plan, expanded)
+
+
+def _moves(inst: _Instance, state, c, memory_limit: int):
+    """The moves of the DP from ``state`` reached at extra cost ``c`` (proofs/remat_treedp.md
+    §2): ``(next state, its extra cost, its bound h, (op, size-0 frees before, frees after))``."""
+    live, count = state
+    limit, need, pos_out, out_mask, run_mem = inst.limit, inst.need, inst.pos_out, inst.out_mask, inst.run_mem
+    zero_out, cost, touch = inst.zero_out, inst.cost, inst.touch
+    base = inst.live_bytes(live)
+    for v in range(inst.n):
+        k = count[v]
+        if k == CLOSED or k >= limit[v]:
+            continue
+        if live & need[v] != need[v] or live & pos_out[v]:
+            continue
+        if base + run_mem[v] > memory_limit:
+            continue
+        pre = [t for t in zero_out[v] if live >> t & 1]
+        after = live | out_mask[v]
+        ncount = list(count)
+        ncount[v] = k + 1
+        settled = inst.settle(after, ncount)
+        if settled is None:
+            continue
+        nlive, ncount_t, auto, h1 = settled
+        nc = c + cost[v] if k else c
+        optional = [t for t in touch[v] if nlive >> t & 1]
+        for r in range(len(optional) + 1):
+            for drop in itertools.combinations(optional, r):
+                dmask = sum(1 << t for t in drop)
+                if k and pos_out[v] and ((after & ~nlive) | dmask) & pos_out[v] == pos_out[v]:
+                    continue  # a re-run whose outputs all go at once is useless (rule 4)
+                flive = nlive & ~dmask
+                if drop:
+                    # an explicit free can make more tensors useless or the state dead
+                    again = inst.settle(flive, list(ncount_t))
+                    if again is None:
+                        continue
+                    flive, fcount, more, h2 = again
+                else:
+                    fcount, more, h2 = ncount_t, [], h1
+                yield (flive, fcount), nc, h2, (v, pre, list(auto) + list(drop) + list(more))
 
 
 def _rebuild(parent, state, start_free) -> RematPlan:
@@ -485,12 +539,16 @@ def min_peak(graph: TensorGraph, cost_budget, cap=1, *, time_limit: float | None
 
 
 def treedp_method(problem, *, question: str, memory_limit=None, cost_budget=None, cap=1, time_limit: float = 10.0,
-                  incumbent=None, seed: int = 0):
+                  incumbent=None, seed: int = 0, warm_start: float = 0.2):
     """Registry method ``treedp`` (see :mod:`memopt.remat.registry`): :func:`min_extra_cost` or
     :func:`min_peak`, with the common start and finish of every recomputation method (the
-    footprint bound, the incumbent, exact re-evaluation of the plan)."""
-    import time
+    footprint bound, the incumbent, exact re-evaluation of the plan).
 
+    ``min_cost`` is warm-started with up to ``warm_start`` of the time limit: the cost lower
+    bound of :func:`memopt.remat.lower_bounds.cost_lower_bound` and, without an incumbent
+    that fits, the plan of the ``heuristic`` method; the DP then searches only for cheaper
+    plans (an incumbent meeting the bound is optimal at once), and on a time-out the answer
+    is the incumbent (``feasible``) with the cost lower bound."""
     from memopt.remat.model_common import RematProblem, finish_result, start_result
 
     t0 = time.perf_counter()
@@ -498,12 +556,34 @@ def treedp_method(problem, *, question: str, memory_limit=None, cost_budget=None
     st = start_result(p, question, memory_limit, cost_budget, incumbent, "treedp", t0)
     if st.done:
         return st.result
-    remaining = max(0.0, float(time_limit) - (time.perf_counter() - t0))
     caps = list(p.caps)
+    stats: dict = {}
     if question == "min_cost":
-        r = min_extra_cost(p.graph, st.memory_limit, caps, time_limit=remaining)
-        proven = {"optimal": ("cost", r.extra_cost), "infeasible": ("infeasible",)}.get(r.status)
+        from memopt.remat.lower_bounds import cost_lower_bound
+        from memopt.remat.registry import get_method
+
+        share = max(0.0, float(warm_start)) * float(time_limit)
+        lower = 0
+        plan = st.incumbent
+        if share > 0:
+            cb = cost_lower_bound(p.graph, st.memory_limit, caps, time_limit=share / 2)
+            if cb.infeasible:
+                return finish_result(p, st, None, ("infeasible",), "treedp", t0, {"proof": "cost lower bound"})
+            lower = cb.value
+            if plan is None:
+                h = get_method("heuristic").load()(p.graph, question="min_cost", memory_limit=st.memory_limit,
+                                                  cap=caps, time_limit=share / 2)
+                if h.plan is not None and h.peak is not None and h.peak <= st.memory_limit:
+                    plan = h.plan
+            stats["warm_start"] = {"cost_lower_bound": str(lower),
+                                   "incumbent_cost": None if plan is None else str(evaluate_plan(p.graph, plan,
+                                                                                                 caps).extra_cost)}
+        remaining = max(0.0, float(time_limit) - (time.perf_counter() - t0))
+        r = min_extra_cost(p.graph, st.memory_limit, caps, time_limit=remaining, incumbent=plan, cost_lower=lower)
+        proven = {"optimal": ("cost", r.extra_cost), "infeasible": ("infeasible",)}.get(r.status, ("cost", lower))
     else:
+        remaining = max(0.0, float(time_limit) - (time.perf_counter() - t0))
         r = min_peak(p.graph, st.cost_budget, caps, time_limit=remaining)
         proven = ("peak", r.peak) if r.status == "optimal" else None
-    return finish_result(p, st, r.plan, proven, "treedp", t0, {"states": int(r.states), "dp_status": r.status})
+    return finish_result(p, st, r.plan, proven, "treedp", t0,
+                         {**stats, "states": int(r.states), "dp_status": r.status})
