@@ -26,7 +26,7 @@ from memopt.core import peak
 from memopt.errors import OptionError
 from memopt.remat import check_plan
 from memopt.remat.brute_force import min_extra_cost
-from memopt.remat.heuristic import heuristic_method, improve_runs
+from memopt.remat.heuristic import heuristic_method, improve_by_lns, improve_runs, reorder_runs
 from memopt.remat.model_common import RematProblem, footprint_bound, plan_from_runs
 from memopt.schedule.brute_force import brute_force_schedule, random_tensor_graph
 
@@ -148,7 +148,70 @@ def test_random_layered_graphs_get_a_plan_within_nine_tenths_of_the_start(name):
     limit = int(Fraction(9, 10) * peak(g, order))
     p = RematProblem.of(g, 2)
     r = heuristic_method(p, question="min_cost", memory_limit=limit, cap=2, time_limit=120,
-                         incumbent=plan_from_runs(p, order))
+                         incumbent=plan_from_runs(p, order), lns=False)
     assert r.status in ("optimal", "feasible"), r.stats
     pk, _ = _checked(g, r, 2)
     assert pk <= limit
+
+
+# ---------------------------------------------------------------------------- local search
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 10**6), st.integers(1, 2), st.sampled_from([0.9, 0.8, 0.7]))
+def test_lns_keeps_a_fitting_plan_never_dearer_and_never_below_the_optimum(seed, cap, ratio):
+    g = small_graph(seed)
+    order, start = brute_force_schedule(g)
+    limit = int(ratio * start)
+    p = RematProblem.of(g, cap)
+    greedy = heuristic_method(g, question="min_cost", memory_limit=limit, cap=cap, time_limit=5,
+                              incumbent=plan_from_runs(p, order), lns=False)
+    if greedy.status not in ("optimal", "feasible"):
+        return  # the greedy found no plan within the limit: nothing to improve
+    runs, plan, pk, cost, stats = improve_by_lns(p, greedy.plan.runs().tolist(), limit,
+                                                 deadline=float("inf"), seed=seed, patience=20)
+    assert check_plan(g, plan, cap) == (pk, cost)
+    assert pk <= limit and Fraction(cost) <= Fraction(greedy.extra_cost)
+    counts = np.bincount(np.asarray(runs, dtype=np.int64), minlength=g.num_ops)
+    assert counts.min() >= 1 and counts.max() <= 1 + cap
+    try:
+        opt, _ = min_extra_cost(g, limit, cap, max_states=200_000)
+    except OptionError:
+        return
+    assert opt is not None and Fraction(cost) >= Fraction(opt)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 10**6), st.integers(1, 2))
+def test_reorder_keeps_the_runs_and_never_raises_the_overflow(seed, cap):
+    g = small_graph(seed)
+    p = RematProblem.of(g, cap)
+    runs0 = g.topological_order().tolist()
+    # a re-run of the first op at the end (a valid sequence), then reorder against a tight limit
+    runs0 = runs0 + [runs0[0]]
+    plan0 = plan_from_runs(p, runs0)
+    pk0, cost0 = check_plan(g, plan0, cap)
+    limit = max(footprint_bound(p), int(0.7 * pk0))
+    runs, plan, pk, cost = reorder_runs(p, runs0, limit, deadline=float("inf"))
+    assert sorted(runs) == sorted(runs0)
+    assert check_plan(g, plan, cap) == (pk, cost) and Fraction(cost) == Fraction(cost0)
+    # the score (overflow above the limit summed over the runs, then the peak) never rises
+    from memopt.remat.heuristic import _profile, _score
+    assert _score("min_cost", limit, *_profile(p, runs)[1::2]) <= _score("min_cost", limit, *_profile(p, runs0)[1::2])
+
+
+@pytest.mark.skipif(not os.path.isdir(GRAPHS), reason="../shared/data/checkmate-graphs is not present")
+def test_lns_lowers_the_cost_on_random_layered_n250():
+    """From a topological order of random_layered_n250 at 0.9 of its peak, cap 2: the search
+    after the greedy finds a cheaper plan (checked independently) than the greedy alone."""
+    from memopt.io.checkmate import load_checkmate
+
+    g = load_checkmate(os.path.join(GRAPHS, "random_layered_n250_w0.43_nlv0.75_ed0.2_scd0.14.json")).graph
+    order = g.topological_order().tolist()
+    limit = int(Fraction(9, 10) * peak(g, order))
+    p = RematProblem.of(g, 2)
+    greedy = heuristic_method(p, question="min_cost", memory_limit=limit, cap=2, time_limit=120,
+                              incumbent=plan_from_runs(p, order), lns=False)
+    assert greedy.status == "feasible"
+    runs, plan, pk, cost, stats = improve_by_lns(p, greedy.plan.runs().tolist(), limit, deadline=float("inf"),
+                                                 patience=30)
+    assert check_plan(g, plan, 2) == (pk, cost) and pk <= limit
+    assert Fraction(cost) < Fraction(greedy.extra_cost), stats

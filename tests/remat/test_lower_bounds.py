@@ -16,6 +16,7 @@ from memopt.core import Op, Tensor, TensorGraph
 from memopt.remat import brute_force as bf
 from memopt.remat.lower_bounds import (
     cost_lower_bound,
+    held_inputs_graph,
     infeasibility_witness,
     min_hitting_set,
     peak_lower_bound,
@@ -198,3 +199,109 @@ def test_min_hitting_set_equals_exhaustive_search(args):
     if best is not None:
         assert all(set(hs) & set(core) for core in cores)
         assert sum(costs[v] for v in hs) == best
+
+
+# ---------------------------------------------------------------------------- the pair trap as the oracle
+# proofs/remat_cost_bounds.md §2, "Stronger oracles": any lower bound on the least
+# no-recomputation peak of G_S may decide "G_S has no plan within M"; the pair trap is one
+
+
+@SETTINGS
+@given(st.tuples(st.integers(0, 2**32 - 1), st.integers(2, 7), st.integers(1, 2), st.integers(0, 2**20)))
+def test_relaxed_pair_trap_is_below_every_plan_that_reruns_only_its_ops(args):
+    seed, n, k, pick = args
+    g = random_tensor_graph(np.random.default_rng(seed), n, max_size=30, edge_prob=0.3)
+    S = [v for v in range(g.num_ops) if pick >> v & 1]
+    caps = [k if v in S else 0 for v in range(g.num_ops)]
+    least, _, _ = bf.min_peak(g, BIG, caps)
+    assert not relaxed_trap_exceeds(g, S, least, pair_time=10)
+    # the pair oracle only adds "yes" answers to the single traps
+    for limit in (least - 1, least - 5, relaxed_peak_bound(g, S) - 1):
+        if relaxed_trap_exceeds(g, S, limit):
+            assert relaxed_trap_exceeds(g, S, limit, pair_time=10)
+
+
+@SETTINGS
+@given(st.tuples(st.integers(0, 2**32 - 1), st.integers(2, 7), st.integers(1, 2)))
+def test_cost_bound_with_pair_oracle_never_exceeds_the_least_extra_cost(args):
+    """Limits just below the pair trap of the graph: where the pair trap is above the forward
+    trap these are the limits at which only the pair oracle yields cores."""
+    seed, n, cap = args
+    g = random_tensor_graph(np.random.default_rng(seed), n, max_size=30, edge_prob=0.3)
+    from memopt.bounds.trap import pair_trap_bound
+
+    limit = int(pair_trap_bound(g).value) - 1
+    cost, plan = bf.min_extra_cost(g, limit, cap)
+    cb = cost_lower_bound(g, limit, cap, time_limit=30, pair_time=10)
+    weak = cost_lower_bound(g, limit, cap, time_limit=30, pair_time=0)
+    if cb.infeasible:
+        assert cost is None
+        return
+    assert Fraction(cb.value) >= Fraction(weak.value or 0)
+    if cost is None:
+        return
+    assert Fraction(cb.value) <= Fraction(cost)
+    for core in cb.cores:
+        assert set(core) & _reruns(plan)
+
+
+def test_pair_oracle_finds_the_core_the_single_traps_miss():
+    """A random 6-op graph (seed 58) whose forward trap (104) is below its pair trap (121):
+    at the limit 120 the single traps of G see no need to re-run anything (bound 0), the pair
+    trap does, and the cost bound it gives (3) is the exhaustive optimum."""
+    from memopt.bounds.trap import forward_trap_bound, pair_trap_bound
+
+    rng = np.random.default_rng(58)
+    g = random_tensor_graph(rng, int(rng.integers(4, 8)), max_size=30, edge_prob=0.3)
+    assert (forward_trap_bound(g).value, pair_trap_bound(g).value) == (104, 121)
+    assert cost_lower_bound(g, 120, 1, pair_time=0).value == 0
+    cb = cost_lower_bound(g, 120, 1, pair_time=5)
+    assert cb.value == 3 and cb.cores
+    assert bf.min_extra_cost(g, 120, 1)[0] == 3
+
+
+# ---------------------------------------------------------------------------- held inputs (Theorem 1')
+
+
+@SETTINGS
+@given(st.tuples(st.integers(0, 2**32 - 1), st.integers(1, 7), st.integers(1, 2), st.integers(0, 2**20)))
+def test_held_inputs_graph_bound_is_below_every_plan_that_reruns_only_its_ops(args):
+    seed, n, k, pick = args
+    g = random_tensor_graph(np.random.default_rng(seed), n, max_size=30, edge_prob=0.3)
+    S = [v for v in range(g.num_ops) if pick >> v & 1]
+    caps = [k if v in S else 0 for v in range(g.num_ops)]
+    least, _, _ = bf.min_peak(g, BIG, caps)
+    strong = held_inputs_graph(g, S)
+    from memopt.bounds.trap import forward_trap_bound
+
+    assert forward_trap_bound(strong).value <= least
+    assert not relaxed_trap_exceeds(g, S, least, held_inputs=True, pair_time=10)
+    # the oracle with held inputs answers "above" wherever the plain one does
+    for limit in (relaxed_peak_bound(g, S) - 1, least - 1):
+        if relaxed_trap_exceeds(g, S, limit):
+            assert relaxed_trap_exceeds(g, S, limit, held_inputs=True)
+    assert held_inputs_graph(g, []) is g
+
+
+def test_held_inputs_make_the_rerun_keep_its_input():
+    """x (10 bytes, made by X) is read by A (cheap) whose output a (10 bytes) is read again by
+    Z after the big op B (20 bytes). Re-running A before Z needs x, so while B runs the plan
+    holds a or x: 1 + 20 + 10 = 31 bytes. G_{A} lets both die there (its bound is 21); G_{A}^+
+    keeps a part of x up to Z (31, the exhaustive least peak when only A may re-run). Below
+    31 bytes X must re-run too: the cost bound is 9 + 1 = 10, the exhaustive optimum, where
+    G_S alone proves only 1."""
+    g = TensorGraph.build(
+        tensors=[Tensor("x", 10), Tensor("a", 10), Tensor("m", 1), Tensor("b", 20), Tensor("c", 1),
+                 Tensor("z", 1, output=True)],
+        ops=[Op("X", (), ("x",), cost=9), Op("A", ("x",), ("a",), cost=1), Op("M", ("a",), ("m",), cost=1),
+             Op("B", ("m",), ("b",), cost=1), Op("C", ("b",), ("c",), cost=1),
+             Op("Z", ("a", "c"), ("z",), cost=1)])
+    from memopt.bounds.trap import forward_trap_bound
+
+    only_a = {"X": 0, "A": 1, "M": 0, "B": 0, "C": 0, "Z": 0}
+    assert bf.min_peak(g, BIG, only_a)[0] == 31
+    assert relaxed_peak_bound(g, [1]) == 21
+    assert forward_trap_bound(held_inputs_graph(g, [1])).value == 31
+    assert bf.min_extra_cost(g, 30, 1)[0] == 10
+    assert cost_lower_bound(g, 30, 1).value == 10
+    assert cost_lower_bound(g, 30, 1, held_inputs=False).value == 1

@@ -38,6 +38,16 @@ for memopt's plan model (``docs/remat.md``); it is no published algorithm, and i
 compared against the exact models (Checkmate's MIP, Jain et al., MLSys 2020, made exact for
 caps in :mod:`memopt.remat.mip`) in ``benchmarks/remat_table.py``.
 
+Then, for ``min_cost`` once a plan fits, a large-neighbourhood search
+(:func:`improve_by_lns`, the ruin-and-recreate scheme of Schrimpf et al., "Record breaking
+optimization results using the ruin and recreate principle", J. Comput. Phys. 159, 2000):
+remove one re-run (each in turn, costliest first) or a few re-runs close together, try to fit
+again by moving single runs near the highest one (:func:`reorder_runs`; the move the
+peak-driven greedy lacks: once re-runs are in, the scheduler's order is no longer the best
+one), else by the greedy above with the removed ops tabu and a random one of its best moves;
+keep a cheaper result, and sometimes a slightly dearer one (a fixed-temperature annealing
+step), until the deadline or :data:`LNS_PATIENCE` ruins without a new best.
+
 It never returns an invalid plan: the result is re-evaluated (and :func:`memopt.remat`
 checks it independently). It proves nothing beyond the footprint bound
 (:func:`~memopt.remat.model_common.footprint_bound`).
@@ -62,10 +72,10 @@ from fractions import Fraction
 
 import numpy as np
 
-from memopt.errors import ScheduleError
+from memopt.errors import InternalError, ScheduleError
 from memopt.remat.model_common import (RematProblem, evaluate, finish_result, plan_from_runs, start_result)
 
-__all__ = ["heuristic_method", "improve_runs"]
+__all__ = ["heuristic_method", "improve_runs", "improve_by_lns"]
 
 #: candidates evaluated exactly per move (the best ranked)
 CANDIDATES = 8
@@ -73,6 +83,20 @@ CANDIDATES = 8
 DEPTH = 3
 #: the move rankings tried from every start (see :func:`improve_runs`)
 STRATEGIES = ("gain", "byte")
+#: the randomized greedy of :func:`improve_by_lns` picks one of this many best moves
+RANDOM_TOP = 3
+#: :func:`reorder_runs` moves runs this many positions around the highest one
+REORDER_WINDOW = 4
+#: ruins in a row without a new best plan after which :func:`improve_by_lns` stops (at most) ...
+LNS_PATIENCE = 100
+#: ... and per re-run of the current plan (plus two)
+LNS_PATIENCE_PER_RERUN = 5
+#: the share of the heuristic's time left when the search starts that it may use
+LNS_SHARE = 0.6
+#: :func:`improve_by_lns` may move to a plan this much (relative) dearer than its best ...
+LNS_SLACK = Fraction(1, 10)
+#: ... with this probability
+LNS_ACCEPT_WORSE = 0.2
 
 
 def _profile(p: RematProblem, runs):
@@ -113,18 +137,19 @@ def _held_until(reads, made, t: int, j: int) -> int:
     return reads[t][hi - 1] if hi > lo else since
 
 
-def _chain(p: RematProblem, reads, made, u: int, j: int, counts, depth: int):
+def _chain(p: RematProblem, reads, made, u: int, j: int, counts, depth: int, forbid=frozenset()):
     """``(ops, held)``: the ops to re-run, in order, right before position ``j`` so that ``u``
     runs there, and the inputs whose current production must then be held until ``j``. An
     input no longer live at ``j`` is re-made too (its producer first, recursively, ``depth``
-    levels) if its producer is below its cap, else held. ``None`` if ``u`` is at its cap."""
+    levels) if its producer is below its cap (and not in ``forbid``), else held. ``None`` if
+    ``u`` is at its cap or forbidden."""
     extra: dict = {}
     made_here: set = set()
     held: dict = {}
     outputs = set(p.outputs)
 
     def add(v, d):
-        if counts[v] + extra.get(v, 0) >= 1 + p.caps[v]:
+        if counts[v] + extra.get(v, 0) >= 1 + p.caps[v] or v in forbid:
             return None
         seq = []
         for y in p.ins[v]:
@@ -146,7 +171,7 @@ def _chain(p: RematProblem, reads, made, u: int, j: int, counts, depth: int):
     return None if ops is None else (ops, {y: a for y, a in held.items() if y not in made_here})
 
 
-def _candidates(p: RematProblem, runs, prof, idx, counts, level: int, strategy: str):
+def _candidates(p: RematProblem, runs, prof, idx, counts, level: int, strategy: str, forbid=frozenset()):
     """``[(key, x, chain, j)]``, best first: insert the re-runs ``chain`` (ending with the
     producer of ``x``) before run ``j`` to free ``x`` across run ``idx``.
 
@@ -178,7 +203,7 @@ def _candidates(p: RematProblem, runs, prof, idx, counts, level: int, strategy: 
         if x in busy or p.size[x] == 0:
             continue
         u = p.producer[x]
-        if counts[u] >= 1 + p.caps[u]:
+        if counts[u] >= 1 + p.caps[u] or u in forbid:
             continue
         # freed after its last read before the peak (or right after it was made)
         r = bisect_left(reads[x], idx)
@@ -188,7 +213,7 @@ def _candidates(p: RematProblem, runs, prof, idx, counts, level: int, strategy: 
             continue
         seen = set()
         for d in range(DEPTH + 1):
-            got = _chain(p, reads, made, u, j, counts, d)
+            got = _chain(p, reads, made, u, j, counts, d, forbid)
             if got is None:
                 break
             chain, held = got
@@ -212,10 +237,15 @@ def _candidates(p: RematProblem, runs, prof, idx, counts, level: int, strategy: 
 
 
 def improve_runs(p: RematProblem, runs, question: str, *, memory_limit=None, cost_budget=None,
-                 deadline: float = float("inf"), strategy: str = "gain"):
+                 deadline: float = float("inf"), strategy: str = "gain", forbid=frozenset(), rng=None,
+                 cost_cap=None):
     """Improve a run sequence by inserting re-runs (see the module docstring); returns the
     best ``(runs, plan, peak, extra_cost)`` found. ``strategy``: ``"gain"`` (chains, the best
-    exact score drop per unit of extra cost) or ``"byte"`` (one re-run, the best score)."""
+    exact score drop per unit of extra cost) or ``"byte"`` (one re-run, the best score).
+    ``forbid``: ops that no inserted re-run may be of (the large-neighbourhood search's tabu);
+    ``rng`` (a numpy generator): take one of the :data:`RANDOM_TOP` best moves at random instead
+    of the best (randomized greedy, for the search's recreate step); ``cost_cap``: give up
+    (returning the sequence reached) once the extra cost reaches it without fitting."""
     runs = [int(v) for v in runs]
     plan, peak, cost, prof = _profile(p, runs)
     score = _score(question, memory_limit, peak, prof)
@@ -225,13 +255,15 @@ def improve_runs(p: RematProblem, runs, question: str, *, memory_limit=None, cos
     while time.perf_counter() < deadline:
         if question == "min_cost" and peak <= memory_limit:
             break
+        if cost_cap is not None and Fraction(cost) >= Fraction(cost_cap):
+            break
         idx = max(range(len(runs)), key=lambda i: prof[i]) if runs else None
         if idx is None:
             break
         level = memory_limit if question == "min_cost" else peak - 1
-        best = None
+        good = []
         tried = 0
-        for _, x, chain, j in _candidates(p, runs, prof, idx, counts, level, strategy):
+        for _, x, chain, j in _candidates(p, runs, prof, idx, counts, level, strategy, forbid):
             extra = sum((Fraction(p.costs[v]) for v in chain), Fraction(0))
             if question == "min_peak" and Fraction(cost) + extra > Fraction(cost_budget):
                 continue
@@ -243,14 +275,15 @@ def improve_runs(p: RematProblem, runs, question: str, *, memory_limit=None, cos
                 rate = (score[0] - sc[0], score[1] - sc[1]) if extra == 0 else \
                     (Fraction(score[0] - sc[0]) / extra, Fraction(score[1] - sc[1]) / extra)
                 key = (extra != 0, tuple(-r for r in rate)) if strategy == "gain" else sc
-                if best is None or key < best[0]:
-                    best = (key, sc, new, cand, chain)
+                good.append((key, tried, sc, new, cand, chain))
             tried += 1
             if tried >= CANDIDATES or time.perf_counter() >= deadline:
                 break
-        if best is None:
+        if not good:
             break
-        _, score, runs, (plan, peak, cost, prof), chain = best
+        good.sort(key=lambda m: (m[0], m[1]))
+        pick = 0 if rng is None else int(rng.integers(min(RANDOM_TOP, len(good))))
+        _, _, score, runs, (plan, peak, cost, prof), chain = good[pick]
         for v in chain:
             counts[v] += 1
     if question == "min_cost" and peak <= memory_limit:
@@ -280,6 +313,117 @@ def _drop_unneeded(p: RematProblem, runs, memory_limit, deadline):
     return runs, plan, peak, cost
 
 
+def _rerun_positions(runs) -> list[int]:
+    """Positions of the runs that are not the first run of their op."""
+    seen: set = set()
+    out = []
+    for i, v in enumerate(runs):
+        if v in seen:
+            out.append(i)
+        seen.add(v)
+    return out
+
+
+def reorder_runs(p: RematProblem, runs, memory_limit: int, *, deadline: float, window: int = REORDER_WINDOW):
+    """Move single runs to lower the overflow above ``memory_limit`` without adding any: while
+    the plan does not fit, try every run within ``window`` positions of the highest one at
+    every place within ``window`` positions of it, and take the move that lowers the score of
+    :func:`_score` most (the same runs, so the same extra cost). A move that makes a run read
+    a tensor not produced before it is skipped. Returns ``(runs, plan, peak, cost)``."""
+    runs = [int(v) for v in runs]
+    plan, peak, cost, prof = _profile(p, runs)
+    score = _score("min_cost", memory_limit, peak, prof)
+    while score[0] > 0 and time.perf_counter() < deadline:
+        idx = max(range(len(runs)), key=lambda i: prof[i])
+        best = None
+        for q in range(max(0, idx - window), min(len(runs), idx + window + 1)):
+            rest = runs[:q] + runs[q + 1:]
+            for d in range(max(0, q - window), min(len(runs), q + window + 1)):
+                if d == q:
+                    continue
+                new = rest[:d] + [runs[q]] + rest[d:]
+                try:
+                    cand = _profile(p, new)
+                except ScheduleError:
+                    continue  # a read moved before every production of its tensor
+                sc = _score("min_cost", memory_limit, cand[1], cand[3])
+                if sc < score and (best is None or sc < best[0]):
+                    best = (sc, new, cand)
+            if time.perf_counter() >= deadline:
+                break
+        if best is None:
+            break
+        score, runs, (plan, peak, cost, prof) = best
+    return runs, plan, peak, cost
+
+
+def improve_by_lns(p: RematProblem, runs, memory_limit: int, *, deadline: float, seed: int = 0,
+                   patience: int = LNS_PATIENCE):
+    """Large-neighbourhood search on a run sequence within ``memory_limit``: *ruin* by removing
+    some re-runs (one re-run, costliest first, then random sets of 2-4 re-runs near each other,
+    drawn by cost), *recreate* with :func:`improve_runs` (re-runs inserted until the plan fits
+    again, the removed ops tabu, a random one of the best moves; then the unneeded re-runs
+    dropped). A cheaper result replaces the current plan; a dearer one within
+    :data:`LNS_SLACK` of the best does so with probability :data:`LNS_ACCEPT_WORSE` (to leave
+    a local optimum: a step of simulated annealing at a fixed temperature). Removing a re-run
+    keeps a run sequence valid (the op's first run precedes it). Stops at the deadline or
+    after ``patience`` ruins in a row without a new best (fewer for a plan with few re-runs:
+    :data:`LNS_PATIENCE_PER_RERUN`). Returns ``(runs, plan, peak, cost,
+    stats)`` of the best plan seen: it never costs more than the given one and always fits."""
+    rng = np.random.default_rng(seed)
+    runs = [int(v) for v in runs]
+    plan, peak, cost, _ = _profile(p, runs)
+    if peak > memory_limit:
+        raise InternalError("remat-lns", f"improve_by_lns needs a plan within the limit; this one peaks at {peak}")
+    best = (runs, plan, peak, cost)
+    stats = {"ruins": 0, "improved": 0, "start_cost": cost}
+    tried_single: set = set()
+    stale = 0
+    while time.perf_counter() < deadline:
+        pos = _rerun_positions(runs)
+        # a few ruins per re-run: small plans give up sooner
+        if not pos or stale >= min(patience, LNS_PATIENCE_PER_RERUN * (len(pos) + 2)):
+            break
+        # first every single re-run (costliest first, each op once per current plan), then random groups
+        key = tuple(runs)
+        single = [i for i in sorted(pos, key=lambda i: (-Fraction(p.costs[runs[i]]), i))
+                  if (runs[i], key) not in tried_single]
+        if single:
+            drop = {single[0]}
+            tried_single.add((runs[single[0]], key))
+        else:
+            weights = np.array([float(p.costs[runs[i]]) + 1.0 for i in pos])
+            centre = int(rng.choice(len(pos), p=weights / weights.sum()))
+            k = int(rng.integers(2, 5))
+            near = sorted(range(len(pos)), key=lambda j: (abs(pos[j] - pos[centre]), j))[:k]
+            drop = {pos[j] for j in near}
+        trial = [v for i, v in enumerate(runs) if i not in drop]
+        strategy = STRATEGIES[int(rng.integers(len(STRATEGIES)))] if not single else STRATEGIES[0]
+        stats["ruins"] += 1
+        cap = Fraction(best[3]) * (1 + LNS_SLACK)
+        # moving runs may make the ruined plan fit with no re-run at all
+        got = reorder_runs(p, trial, memory_limit, deadline=deadline)
+        if got[2] <= memory_limit:
+            stats["reordered"] = stats.get("reordered", 0) + 1
+            got = _drop_unneeded(p, got[0], memory_limit, deadline)
+        else:
+            # the removed ops are tabu while recreating: otherwise the same re-runs come straight back
+            got = improve_runs(p, got[0], "min_cost", memory_limit=memory_limit, deadline=deadline,
+                               strategy=strategy, forbid=frozenset(runs[i] for i in drop),
+                               rng=None if single else rng, cost_cap=cap)
+        stale += 1
+        if got[2] > memory_limit:
+            continue
+        new_cost = Fraction(got[3])
+        if new_cost < Fraction(cost) or (new_cost <= cap and rng.random() < LNS_ACCEPT_WORSE):
+            runs, plan, peak, cost = got
+            if new_cost < Fraction(best[3]):
+                best = got
+                stats["improved"] += 1
+                stale = 0
+    return (*best, stats)
+
+
 def _rank(question, memory_limit, got):
     """Sort key of an ``improve_runs`` result: answers first, then the question's order."""
     _, _, peak, cost = got
@@ -289,9 +433,10 @@ def _rank(question, memory_limit, got):
 
 
 def heuristic_method(problem, *, question: str, memory_limit=None, cost_budget=None, cap=1,
-                     time_limit: float = 10.0, incumbent=None, seed: int = 0):
+                     time_limit: float = 10.0, incumbent=None, seed: int = 0, lns: bool = True):
     """Registry method ``heuristic`` (see :mod:`memopt.remat.registry`). ``incumbent``: a plan
-    whose runs are the starting sequence (default: the order of ``memopt.schedule``)."""
+    whose runs are the starting sequence (default: the order of ``memopt.schedule``);
+    ``lns``: run :func:`improve_by_lns` on a ``min_cost`` plan that fits (the default)."""
     from memopt.remat.result import RematResult
 
     t0 = time.perf_counter()
@@ -332,6 +477,11 @@ def heuristic_method(problem, *, question: str, memory_limit=None, cost_budget=N
             best = got
     runs, plan, peak, cost = best
     stats = {"runs": len(runs)}
+    if lns and question == "min_cost" and peak <= early.memory_limit and time.perf_counter() < deadline:
+        # at most a share of what is left: under ``auto`` the exact models get the rest
+        now = time.perf_counter()
+        runs, plan, peak, cost, stats["lns"] = improve_by_lns(p, runs, early.memory_limit, seed=seed,
+                                                              deadline=now + LNS_SHARE * (deadline - now))
     if question == "min_cost" and peak > early.memory_limit:
         # no plan within the limit: the lowest-overflow plan, status unknown
         return RematResult(plan=plan, peak=peak, extra_cost=cost, status="unknown", question=question,

@@ -32,7 +32,14 @@ the cheapest set of ops meeting every core found (a minimum-cost hitting set, so
 exactly by CP-SAT) is a lower bound on the extra cost of every plan within ``M``
 (``proofs/remat_cost_bounds.md``, Theorem 2). This is the implicit-hitting-set scheme of
 MaxSAT solvers (Davies and Bacchus, "Solving MAXSAT by solving a sequence of simpler SAT
-instances", CP 2011) with the trap bound (``proofs/trap_bounds.md``) as the oracle.
+instances", CP 2011) with the trap bound (``proofs/trap_bounds.md``) as the oracle: the
+forward trap first, then, once it finds no more cores, the pair trap too (any lower bound on
+the least no-recomputation peak of ``G_S`` is a sound oracle, Corollary 2' of the proof; on
+graphs whose forward trap stays below the limit, e.g. ``random_layered_n100`` at 0.9, only
+the pair trap finds cores), on :func:`held_inputs_graph` ``G_S^+`` as well as ``G_S``:
+a re-run needs its inputs, so until the last reader of its output the plan holds the
+output or the re-run op's inputs (Theorem 1'; without it the relaxation lets both die, and
+on layered graphs, where every op reads the previous layer, it was far too weak).
 
 Example (``A`` makes ``a``, 6 bytes, read again by the last op ``Z``; the big op ``B`` runs
 in between; re-running ``A`` costs 5):
@@ -66,7 +73,8 @@ from memopt.core.tensor_graph import TensorGraph
 from memopt.remat.plan import exact_costs, resolve_caps
 
 __all__ = ["PeakBound", "CostBound", "infeasibility_witness", "peak_lower_bound", "peak_lower_bound_details",
-           "relaxed_graph", "relaxed_peak_bound", "relaxed_trap_exceeds", "cost_lower_bound", "min_hitting_set"]
+           "relaxed_graph", "held_inputs_graph", "relaxed_peak_bound", "relaxed_trap_exceeds", "cost_lower_bound",
+           "min_hitting_set"]
 
 
 class PeakBound(NamedTuple):
@@ -190,6 +198,72 @@ def relaxed_graph(graph: TensorGraph, rerun) -> TensorGraph:
     return dataclasses.replace(graph, tensor_size=size, op_workspace=ws, _cache={})
 
 
+def held_inputs_graph(graph: TensorGraph, rerun) -> TensorGraph:
+    """``G_S^+``: :func:`relaxed_graph` ``G_S`` strengthened by the inputs a re-run needs
+    (``proofs/remat_cost_bounds.md``, Theorem 1'). For a tensor ``t`` made by an op ``u`` of
+    ``S`` and a *fixed* input ``y`` of ``u`` (a graph input or made by an op outside ``S``),
+    every plan holds ``t`` or ``y`` at every moment from the first run of ``u`` to the first
+    run of each consumer of ``t``: a part of ``y`` of ``m(t, y)`` bytes is split off and also
+    read by the consumers of ``t``, whose workspace loses ``m(t, y)`` unless they read ``y``
+    too (``t`` is counted there already). ``m`` is allocated greedily (largest inputs first)
+    so that the parts of ``t`` sum to at most ``s(t)`` and the parts of ``y`` to at most
+    ``s(y)``. Every plan that re-runs only ops of ``S`` peaks at least at the least
+    no-recomputation peak of ``G_S^+``. Not always above ``G_S`` (a consumer of ``t`` where
+    ``y`` is live anyway loses the part), so callers use both."""
+    base = relaxed_graph(graph, rerun)
+    mask = _mask(graph.num_ops, rerun if rerun is not None else ())
+    if not mask.any():
+        return base
+    prod = graph.tensor_producer
+    resident = graph.tensor_resident
+    size0 = graph.tensor_size
+    size = base.tensor_size.astype(np.int64).copy()
+    ws = base.op_workspace.astype(np.int64).copy()
+    capacity = {}
+    new_size, new_prod, new_readers = [], [], []
+    for t in np.flatnonzero((prod >= 0) & ~resident & mask[np.maximum(prod, 0)]).tolist():
+        budget = int(size0[t])
+        readers = np.unique(graph.consumers_of(t)).tolist()
+        if budget <= 0 or not readers:
+            continue
+        u = int(prod[t])
+        fixed = [int(y) for y in np.unique(graph.inputs_of(u)).tolist()
+                 if not resident[y] and (prod[y] < 0 or not mask[prod[y]]) and size0[y] > 0]
+        for y in sorted(fixed, key=lambda y: (-int(size0[y]), y)):
+            m = min(budget, capacity.setdefault(y, int(size0[y])))
+            if m <= 0:
+                continue
+            budget -= m
+            capacity[y] -= m
+            size[y] -= m
+            new_size.append(m)
+            new_prod.append(int(prod[y]))
+            own = {int(c) for c in graph.consumers_of(y).tolist()}
+            new_readers.append(sorted(set(readers) | own))
+            for c in readers:
+                if c not in own:  # a reader of y holds all of y anyway: nothing counted twice there
+                    ws[c] -= m
+            if budget == 0:
+                break
+    if not new_size:
+        return base
+    T = graph.num_tensors
+    rows = np.repeat(np.arange(graph.num_ops, dtype=np.int64), np.diff(graph.op_in_ptr))
+    cols = graph.op_in_idx.astype(np.int64)
+    extra_rows = [c for r in new_readers for c in r]
+    extra_cols = [T + i for i, r in enumerate(new_readers) for _ in r]
+    k = len(new_size)
+    return TensorGraph.from_arrays(
+        tensor_size=np.concatenate([size, np.asarray(new_size, np.int64)]),
+        tensor_producer=np.concatenate([prod, np.asarray(new_prod, np.int64)]),
+        op_inputs=(np.concatenate([rows, np.asarray(extra_rows, np.int64)]),
+                   np.concatenate([cols, np.asarray(extra_cols, np.int64)])),
+        num_ops=graph.num_ops,
+        tensor_output=np.concatenate([graph.tensor_output, np.zeros(k, bool)]),
+        tensor_resident=np.concatenate([resident, np.zeros(k, bool)]),
+        op_workspace=ws, op_cost=graph.op_cost, check_acyclic=False)
+
+
 def _mask(n: int, ops) -> np.ndarray:
     m = np.zeros(n, bool)
     idx = [int(v) for v in ops]
@@ -208,17 +282,46 @@ def relaxed_peak_bound(graph: TensorGraph, rerun, *, time_limit: float | None = 
     return int(forward_trap_bound(relaxed_graph(graph, rerun), time_limit=time_limit).value)
 
 
-def relaxed_trap_exceeds(graph: TensorGraph, rerun, limit: int, *, deadline: float = float("inf")) -> bool:
+def relaxed_trap_exceeds(graph: TensorGraph, rerun, limit: int, *, deadline: float = float("inf"),
+                         pair_time: float = 0.0, held_inputs: bool = False) -> bool:
     """Does the relaxed graph ``G_rerun`` have a forward trap (or its start or end memory)
     above ``limit``? The same cuts as :func:`relaxed_peak_bound`, but only for ops whose
     cheap upper estimate exceeds ``limit``, and it stops at the first trap above it. At the
-    deadline it answers ``False`` (the weaker, always safe answer)."""
-    from memopt.bounds.trap import forward_trap_exceeds
+    deadline it answers ``False`` (the weaker, always safe answer).
+
+    ``pair_time > 0``: when no single trap exceeds ``limit``, also try the pair-branching
+    trap (:func:`memopt.bounds.trap.pair_trap_bound`, ``proofs/trap_bounds.md`` §3) of
+    ``G_rerun`` for up to that many seconds; it is a lower bound on the least
+    no-recomputation peak of ``G_rerun`` too, so Theorem 1 applies to it unchanged (the
+    random layered graphs, whose single traps stay below 0.9 of their optimum, need it).
+    ``held_inputs``: also try :func:`held_inputs_graph` (``G_S^+``; its pair trap first)."""
+    from memopt.bounds.trap import MAX_PAIR_NODES, forward_trap_exceeds, pair_trap_bound
+    from memopt.core.signed_dag import graph_to_dag
 
     if graph.num_ops == 0:
         return int(graph.resident_bytes) > limit
-    return forward_trap_exceeds(relaxed_graph(graph, rerun), limit, deadline=deadline)
+    dags = [graph_to_dag(relaxed_graph(graph, rerun)).dag]
+    if forward_trap_exceeds(dags[0], limit, deadline=deadline):
+        return True
+    if held_inputs:
+        strong = held_inputs_graph(graph, rerun)
+        if strong.num_tensors > graph.num_tensors:  # some input is held: a different graph
+            dags.insert(0, graph_to_dag(strong).dag)
+            if forward_trap_exceeds(dags[0], limit, deadline=deadline):
+                return True
+    for d in dags:
+        budget = min(float(pair_time), deadline - time.perf_counter())
+        if budget <= 0:
+            return False
+        if d.n <= MAX_PAIR_NODES and int(pair_trap_bound(d, time_limit=budget, target=int(limit) + 1).value) > limit:
+            return True
+    return False
 
+
+#: the share of ``cost_lower_bound``'s time after which G_S^+ joins the oracle even if the
+#: forward trap of G_S alone still finds cores (it does on the Checkmate graphs, where it is
+#: the faster oracle; on the layered graphs G_S^+ finds the better cores)
+ESCALATE_SHARE = 1 / 3
 
 #: ops tried one by one to shrink each core (the next cheapest after the binary search)
 SHRINK_TRIES = 12
@@ -287,7 +390,7 @@ def min_hitting_set(cores, costs, deadline: float) -> tuple[object, tuple, bool]
 
 
 def cost_lower_bound(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit: float = 5.0,
-                     stop_at=None) -> CostBound:
+                     stop_at=None, pair_time: float | None = None, held_inputs: bool = True) -> CostBound:
     """A lower bound on the extra cost of every plan within the caps whose peak is at most
     ``memory_limit`` (``proofs/remat_cost_bounds.md``, Theorem 2), with its cores.
 
@@ -299,7 +402,14 @@ def cost_lower_bound(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit
     is the cost of the last ``H`` (or the hitting-set solver's bound if it was stopped). Never
     above the least extra cost; ``time_limit`` (seconds) stops it early with a weaker but
     still valid bound, and so does reaching ``stop_at`` (a known plan's extra cost: the
-    plan is then optimal)."""
+    plan is then optimal).
+
+    The oracle "``G_S`` has a trap above the limit", in levels, each switched on once the one
+    below finds no more cores: the forward trap of ``G_S``; with ``held_inputs`` (default)
+    also that of :func:`held_inputs_graph` ``G_S^+`` (Theorem 1'; also after
+    :data:`ESCALATE_SHARE` of the time); then also their pair
+    traps, up to ``pair_time`` seconds per question (default ``time_limit / 20``; 0 turns it
+    off) (Corollary 2')."""
     t0 = time.perf_counter()
     deadline = t0 + max(0.0, float(time_limit))
     caps = resolve_caps(graph, cap)
@@ -309,15 +419,36 @@ def cost_lower_bound(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit
     rerun = [v for v in range(n) if caps is None or caps[v] > 0]
     count = [0]
 
+    # the oracle gets stronger, and dearer, in levels: forward traps of G_S; also of G_S^+
+    # (held inputs: a second graph and trap per question); also their pair traps (a few cuts
+    # per pair, a slice of the time per question). A level is switched on only once the one
+    # below reaches its fixpoint, so where the cheap oracle alone keeps finding cores (the
+    # Checkmate graphs) the scheme runs as fast as with it alone
+    pair = max(0.0, float(time_limit)) / 20 if pair_time is None else float(pair_time)
+    levels = [(False, 0.0)] + ([(True, 0.0)] if held_inputs else []) + ([(held_inputs, pair)] if pair > 0 else [])
+    level = [0]
+    escalate_at = t0 + ESCALATE_SHARE * max(0.0, float(time_limit))
+
     def over(S) -> bool:
         count[0] += 1
-        return relaxed_trap_exceeds(graph, S, M, deadline=deadline)
+        if level[0] == 0 and len(levels) > 1 and held_inputs and time.perf_counter() > escalate_at:
+            level[0] = 1  # G_S alone has not reached its fixpoint in a third of the time: add G_S^+
+        held, pt = levels[level[0]]
+        return relaxed_trap_exceeds(graph, S, M, deadline=deadline, pair_time=pt, held_inputs=held)
+
+    def fits(S) -> bool:
+        """No trap above the limit found for ``S``, at the strongest level needed."""
+        while not over(S):
+            if level[0] == len(levels) - 1:
+                return True
+            level[0] += 1
+        return False
 
     def result(value, cores, hs=(), infeasible=False, complete=True):
         value = None if value is None else (int(value) if Fraction(value).denominator == 1 else Fraction(value))
         return CostBound(value, tuple(cores), tuple(hs), infeasible, complete, count[0])
 
-    if n == 0 or not over(()):
+    if n == 0 or fits(()):
         return result(0, ())
     if over(rerun):
         return result(None, (), infeasible=True)
@@ -326,8 +457,9 @@ def cost_lower_bound(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit
     H: tuple = ()
     value = Fraction(0)
     while time.perf_counter() < deadline:
-        if not over(H):
-            return result(value, cores, H)
+        if fits(H):
+            # a trap stopped by the deadline answers "fits" too: then it is no fixpoint
+            return result(value, cores, H, complete=time.perf_counter() < deadline)
         inside = set(H)
         cand = [v for v in order if v not in inside]
         # largest prefix of the cheapest candidates that keeps a trap above the limit
