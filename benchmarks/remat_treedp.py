@@ -55,12 +55,18 @@ def width(graph: TensorGraph) -> int:
 def _dp_cell(g, M, cap, time_limit, use_astar):
     t0 = time.perf_counter()
     r = min_extra_cost(g, M, cap, time_limit=time_limit, use_astar=use_astar)
+    dt, extra = _checked(g, cap, r, t0)
+    peak = "-" if r.peak is None else str(r.peak)
+    return f"{r.status:>11} {extra:>6} {peak:>5} {r.states:>8} {dt:>7.2f}"
+
+
+def _checked(g, cap, r, t0):
+    """Seconds since ``t0`` and the extra cost as text, after checking ``r``'s plan (if any)
+    with the independent checker against the peak and cost it claims."""
     dt = time.perf_counter() - t0
     if r.plan is not None:
         check_plan(g, r.plan, cap, claimed_peak=r.peak, claimed_extra_cost=r.extra_cost)
-    extra = "-" if r.extra_cost is None else str(r.extra_cost)
-    peak = "-" if r.peak is None else str(r.peak)
-    return f"{r.status:>11} {extra:>6} {peak:>5} {r.states:>8} {dt:>7.2f}"
+    return dt, "-" if r.extra_cost is None else str(r.extra_cost)
 
 
 def _warm_cell(g, M, cap, time_limit):
@@ -69,10 +75,7 @@ def _warm_cell(g, M, cap, time_limit):
     from memopt.remat.registry import get_method
     t0 = time.perf_counter()
     r = get_method("treedp").load()(g, question="min_cost", memory_limit=M, cap=cap, time_limit=time_limit)
-    dt = time.perf_counter() - t0
-    if r.plan is not None:
-        check_plan(g, r.plan, cap, claimed_peak=r.peak, claimed_extra_cost=r.extra_cost)
-    extra = "-" if r.extra_cost is None else str(r.extra_cost)
+    dt, extra = _checked(g, cap, r, t0)
     clb = "-" if r.cost_lower_bound is None else str(r.cost_lower_bound)
     return f"{r.status:>11} {extra:>6} {clb:>4} {r.stats.get('states', 0):>8} {dt:>7.2f}"
 

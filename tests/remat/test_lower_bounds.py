@@ -125,14 +125,20 @@ def _reruns(plan) -> set:
     return {v for v, k in Counter(plan.runs().tolist()).items() if k > 1}
 
 
+def _rerun_set_case(args, **graph_kw):
+    """A random graph, a set ``S`` of ops allowed to re-run (bits of ``pick``, cap ``k``, the
+    others cap 0) and the least peak of every plan within those caps (brute force)."""
+    seed, n, k, pick = args
+    g = random_tensor_graph(np.random.default_rng(seed), n, **graph_kw)
+    S = [v for v in range(g.num_ops) if pick >> v & 1]
+    least, _, _ = bf.min_peak(g, BIG, [k if v in S else 0 for v in range(g.num_ops)])
+    return g, S, least
+
+
 @SETTINGS
 @given(st.tuples(st.integers(0, 2**32 - 1), st.integers(1, 7), st.integers(1, 2), st.integers(0, 2**20)))
 def test_relaxed_graph_bound_is_below_every_plan_that_reruns_only_its_ops(args):
-    seed, n, k, pick = args
-    g = random_tensor_graph(np.random.default_rng(seed), n)
-    S = [v for v in range(g.num_ops) if pick >> v & 1]
-    caps = [k if v in S else 0 for v in range(g.num_ops)]
-    least, _, _ = bf.min_peak(g, BIG, caps)
+    g, S, least = _rerun_set_case(args)
     b = relaxed_peak_bound(g, S)
     assert b <= least
     assert relaxed_trap_exceeds(g, S, b - 1) and not relaxed_trap_exceeds(g, S, b)
@@ -209,11 +215,7 @@ def test_min_hitting_set_equals_exhaustive_search(args):
 @SETTINGS
 @given(st.tuples(st.integers(0, 2**32 - 1), st.integers(2, 7), st.integers(1, 2), st.integers(0, 2**20)))
 def test_relaxed_pair_trap_is_below_every_plan_that_reruns_only_its_ops(args):
-    seed, n, k, pick = args
-    g = random_tensor_graph(np.random.default_rng(seed), n, max_size=30, edge_prob=0.3)
-    S = [v for v in range(g.num_ops) if pick >> v & 1]
-    caps = [k if v in S else 0 for v in range(g.num_ops)]
-    least, _, _ = bf.min_peak(g, BIG, caps)
+    g, S, least = _rerun_set_case(args, max_size=30, edge_prob=0.3)
     assert not relaxed_trap_exceeds(g, S, least, pair_time=10)
     # the pair oracle only adds "yes" answers to the single traps
     for limit in (least - 1, least - 5, relaxed_peak_bound(g, S) - 1):
@@ -266,11 +268,7 @@ def test_pair_oracle_finds_the_core_the_single_traps_miss():
 @SETTINGS
 @given(st.tuples(st.integers(0, 2**32 - 1), st.integers(1, 7), st.integers(1, 2), st.integers(0, 2**20)))
 def test_held_inputs_graph_bound_is_below_every_plan_that_reruns_only_its_ops(args):
-    seed, n, k, pick = args
-    g = random_tensor_graph(np.random.default_rng(seed), n, max_size=30, edge_prob=0.3)
-    S = [v for v in range(g.num_ops) if pick >> v & 1]
-    caps = [k if v in S else 0 for v in range(g.num_ops)]
-    least, _, _ = bf.min_peak(g, BIG, caps)
+    g, S, least = _rerun_set_case(args, max_size=30, edge_prob=0.3)
     strong = held_inputs_graph(g, S)
     from memopt.bounds.trap import forward_trap_bound
 
