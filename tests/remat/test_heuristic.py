@@ -45,15 +45,22 @@ def _checked(g, r, cap):
     return pk, cost
 
 
-@settings(max_examples=40, deadline=None)
-@given(st.integers(0, 10**6), st.integers(0, 2), st.sampled_from([1.0, 0.9, 0.8, 0.7]))
-def test_min_cost_plans_are_valid_and_never_below_the_brute_force_optimum(seed, cap, ratio):
+def _heuristic_case(seed, cap, ratio, **kw):
+    """A small random graph, its problem, its least no-recomputation peak, the limit ``ratio``
+    times that, and the heuristic's answer started from the optimal order."""
     g = small_graph(seed)
     order, start = brute_force_schedule(g)
     limit = int(ratio * start)
     p = RematProblem.of(g, cap)
     r = heuristic_method(g, question="min_cost", memory_limit=limit, cap=cap, time_limit=5,
-                         incumbent=plan_from_runs(p, order))
+                         incumbent=plan_from_runs(p, order), **kw)
+    return g, p, start, limit, r
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 10**6), st.integers(0, 2), st.sampled_from([1.0, 0.9, 0.8, 0.7]))
+def test_min_cost_plans_are_valid_and_never_below_the_brute_force_optimum(seed, cap, ratio):
+    g, p, start, limit, r = _heuristic_case(seed, cap, ratio)
     try:
         opt, _ = min_extra_cost(g, limit, cap, max_states=200_000)
     except OptionError:
@@ -158,12 +165,7 @@ def test_random_layered_graphs_get_a_plan_within_nine_tenths_of_the_start(name):
 @settings(max_examples=30, deadline=None)
 @given(st.integers(0, 10**6), st.integers(1, 2), st.sampled_from([0.9, 0.8, 0.7]))
 def test_lns_keeps_a_fitting_plan_never_dearer_and_never_below_the_optimum(seed, cap, ratio):
-    g = small_graph(seed)
-    order, start = brute_force_schedule(g)
-    limit = int(ratio * start)
-    p = RematProblem.of(g, cap)
-    greedy = heuristic_method(g, question="min_cost", memory_limit=limit, cap=cap, time_limit=5,
-                              incumbent=plan_from_runs(p, order), lns=False)
+    g, p, _, limit, greedy = _heuristic_case(seed, cap, ratio, lns=False)
     if greedy.status not in ("optimal", "feasible"):
         return  # the greedy found no plan within the limit: nothing to improve
     runs, plan, pk, cost, stats = improve_by_lns(p, greedy.plan.runs().tolist(), limit,
