@@ -60,24 +60,15 @@ def synthetic_trace(T: int, layers: int, kv_heads: int, *, group: int = 3, scale
 
 def recorded_trace(n_tokens: int):
     """SmolLM2-135M-Instruct's attention on the first ``n_tokens`` tokens of real text, recorded
-    in memory (module doc): the steps of :func:`memopt.cache.kv_record.record_attention`, with
-    the quantisation done one layer at a time to bound memory."""
+    in memory by :func:`memopt.cache.kv_record.record_attention` (one layer's float attention
+    at a time)."""
     import pydoc_data.topics as topics
 
-    from memopt.cache.kv_record import attention_pass, kv_groups, load_smollm2, quantise_heads
+    from memopt.cache.kv_record import load_smollm2, record_attention
 
     text = "\n\n".join(topics.topics[k] for k in sorted(topics.topics))
     model, tok = load_smollm2()
-    ids = [int(i) for i in tok.encode(text)[:n_tokens + 1]]
-    att, pred = attention_pass(model, ids[:n_tokens])
-    L, Hq, T, _ = att.shape
-    kv, group = kv_groups(model, Hq)
-    q = np.zeros((L, kv, T, T), dtype=np.int32)
-    for li in range(L):
-        q[li] = np.tril(quantise_heads(att[li:li + 1], kv)[0])
-    del att
-    correct = pred == np.asarray(ids[1:], dtype=np.int64)
-    return make_attention_trace(q, correct, ids[:n_tokens], group=group, name=f"smollm2-pydoc-{T}")
+    return record_attention(model, tok, text, n_tokens, name=f"smollm2-pydoc-{n_tokens}")
 
 
 def cpu_seconds() -> float:

