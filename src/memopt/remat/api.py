@@ -29,8 +29,10 @@ question, and gives the time left to the CP-SAT model while its size allows (cou
 cutting each cap to what the best plan's cost, or the budget, can pay for), warm-started
 with the best plan; ``min_cost`` on a larger graph gets the extra-cost lower bound of
 :func:`memopt.remat.lower_bounds.cost_lower_bound` instead, which proves the plan optimal
-when they meet, and then (if the plan does not meet it) a CP-SAT model whose caps are kept
-only on the bound's cheapest hitting set, for a better plan. ``time_limit`` (seconds) covers the whole call.
+when they meet (0.7 of the time left), and then (if the plan does not meet it) a CP-SAT model
+whose caps are kept only on the bound's cheapest hitting set, for a better plan; time still
+left then goes to the heuristic's local search on the best plan. ``time_limit`` (seconds)
+covers the whole call.
 
 Every plan returned was checked by the independent checker
 (:func:`memopt.remat.check_plan`); a disagreement raises
@@ -250,7 +252,7 @@ class _Call:
             from memopt.remat.lower_bounds import cost_lower_bound
 
             cb = cost_lower_bound(p.graph, memory_limit, list(p.caps),
-                                  time_limit=0.4 * max(0.0, budget_end - time.perf_counter()),
+                                  time_limit=0.7 * max(0.0, budget_end - time.perf_counter()),
                                   stop_at=None if inc is None else best.extra_cost)
             parts["cost_bound"] = {"value": cb.value, "cores": len(cb.cores), "complete": cb.complete}
             if cb.infeasible:
@@ -263,11 +265,31 @@ class _Call:
                 best = self._restricted(best, cb, memory_limit, budget_end, common, parts)
                 if best is not None:
                     best = _merge(question, best, best.with_(cost_lower_bound=cb.value))
+        best = self._polish(best, memory_limit, budget_end, common, parts)
         if best is None:
             best = RematResult(plan=None, peak=None, extra_cost=None, status="unknown", lower_bound=lower,
                                cost_lower_bound=0, **common)
         best = best.with_(stats={**best.stats, "parts": parts})
         return self._close(best, lower, t_start)
+
+    def _polish(self, best, memory_limit, budget_end: float, common: dict, parts: dict):
+        """Time the steps above left unused (the models did not run, or ended early) goes to
+        the heuristic's local search on the best ``min_cost`` plan not yet proved optimal."""
+        from memopt.remat.heuristic import improve_by_lns
+        from memopt.remat.model_common import evaluate
+
+        if (best is None or best.question != "min_cost" or best.status != "feasible" or best.plan is None
+                or budget_end - time.perf_counter() < 1.0):
+            return best
+        t0 = time.perf_counter()
+        runs, plan, pk, c, stats = improve_by_lns(self.p, best.plan.runs().tolist(), memory_limit,
+                                                  seed=self.seed + 1, deadline=budget_end)
+        parts["polish"] = {"extra_cost": c, "seconds": round(time.perf_counter() - t0, 3)}
+        if pk > memory_limit or evaluate(self.p, plan) != (pk, c):
+            raise InternalError("remat-polish", "the local search returned a plan it did not measure")
+        found = RematResult(plan=plan, peak=pk, extra_cost=c, status="feasible", lower_bound=best.lower_bound,
+                            cost_lower_bound=0, **{**common, "method": "heuristic (local search)"})
+        return _merge("min_cost", best, found)
 
     def _restricted(self, best, cb, memory_limit: int, budget_end: float, common: dict, parts: dict):
         """A plan from CP-SAT with caps only on the cost bound's cheapest hitting set (and the
