@@ -265,33 +265,3 @@ def test_plan_from_runs_takes_names_or_ids_and_frees_as_early_as_possible():
     for bad in (["A", "Z"], ["C0"], [99], [True]):
         with pytest.raises(ScheduleError):
             plan_from_runs(g, bad)
-
-
-@settings(max_examples=15, deadline=None)
-@given(st.integers(0, 10**6), st.integers(1, 2), st.sampled_from([0.9, 0.8, 0.7]))
-def test_auto_without_the_models_is_still_sound(seed, cap, ratio):
-    # graphs too large for the slot models take the path: heuristic, cost bound, restricted
-    # CP-SAT, then the local search on whatever time is left; forced here on small graphs
-    # (no model admitted) and checked against the exhaustive optimum
-    import memopt.remat.api as api
-
-    g = small_graph(seed, n_max=7)
-    before = api.AUTO_EXACT_SLOTS
-    api.AUTO_EXACT_SLOTS = 0
-    try:
-        r = memopt.remat(g, memory_ratio=ratio, cap=cap, time_limit=3)
-    finally:
-        api.AUTO_EXACT_SLOTS = before
-    limit = r.memory_limit
-    opt, _ = min_extra_cost(g, limit, cap)
-    if r.status == "infeasible":
-        assert opt is None
-        return
-    if r.plan is None or r.status == "unknown":
-        return
-    assert check_plan(g, r.plan, cap=cap) == (r.peak, r.extra_cost) and r.peak <= limit
-    assert opt is not None and Fraction(r.extra_cost) >= Fraction(opt) >= Fraction(r.cost_lower_bound)
-    if r.status == "optimal":
-        assert Fraction(r.extra_cost) == Fraction(opt)
-    assert "cpsat" not in r.stats["parts"]
-

@@ -81,7 +81,6 @@ __all__ = ["KVOptimum", "kv_optimum", "optimum_head", "optimum_head_flow", "evic
 #: ``assignment`` (default: eviction events, shortest augmenting paths) or ``flow`` (the
 #: min-cost-flow reference formulation)
 METHODS = ("assignment", "flow")
-_INF = np.int64(2**60)            # above every real cost (below 2**47) and dual value (checked below 2**55)
 # search keys of the assignment kernel (real keys 2 dist + 1 stay below 2**57)
 _UNSEEN = np.int64(2**62 - 2)     # a position no searched row has reached yet
 _DONE = np.int64(2**62 - 1)       # a position already taken out of the search

@@ -98,7 +98,7 @@ from memopt.errors import InternalError, OptionError
 from memopt.cache.kv_trace import AttentionTrace
 
 __all__ = ["KV_POLICIES", "KVResult", "KVPolicy", "simulate_kv", "schedule_retained", "check_budget",
-           "check_budgets", "arrivals", "WEIGHTINGS", "SHARES", "policy_result", "RetainedAttention"]
+           "check_budgets", "check_share", "arrivals", "WEIGHTINGS", "SHARES", "policy_result", "RetainedAttention"]
 
 KV_POLICIES = ("streaming-llm", "h2o", "snapkv", "tova", "lru", "rmm")
 WEIGHTINGS = ("correct", "uniform")
@@ -175,6 +175,13 @@ def check_budgets(budget, steps: int, layers: int, kv_heads: int) -> tuple[np.nd
         return np.repeat(np.array(per_layer, dtype=np.int64), kv_heads), per_layer
     b = check_budget(budget, steps)
     return np.full(layers * kv_heads, b, dtype=np.int64), b
+
+
+def check_share(share) -> str:
+    """``share`` (:data:`SHARES`), or :class:`OptionError`."""
+    if share not in SHARES:
+        raise OptionError(f"unknown budget sharing {share!r}; choose from {', '.join(SHARES)}")
+    return share
 
 
 def check_prefill(prefill, trace) -> int:
@@ -281,8 +288,7 @@ class KVPolicy:
                  window: int | None = None, kernel: int = 5, lag: float = 0, weighting: str = "correct"):
         if not isinstance(policy, str) or policy.strip().lower() not in KV_POLICIES:
             raise OptionError(f"unknown KV policy {policy!r}; choose from {', '.join(KV_POLICIES)}")
-        if share not in SHARES:
-            raise OptionError(f"unknown budget sharing {share!r}; choose from {', '.join(SHARES)}")
+        check_share(share)
         name = self.name = policy.strip().lower()
         T = self.steps = _nonneg_int(steps, "steps")
         self.layers, self.kv_heads = int(layers), int(kv_heads)

@@ -554,15 +554,13 @@ def run_kv_sweep(trace, policies: str | Sequence[str], budgets: Iterable, *, lag
 
     ``executor``/``jobs``/``timeout``/``progress`` as in :func:`memopt.sweep.run_tasks`.
     """
-    from memopt.cache.kv_policies import SHARES, check_budget, check_prefill
+    from memopt.cache.kv_policies import check_budget, check_prefill, check_share
     from memopt.cache.kv_trace import AttentionTrace
     from memopt.sweep import run_tasks
 
     labels = parse_kv_policies(policies)
     lag_list = parse_lags(lags)
-    if share not in SHARES:
-        raise OptionError(f"unknown budget sharing {share!r}; choose from {', '.join(SHARES)}")
-    if share == "layer" and "opt" in labels:
+    if check_share(share) == "layer" and "opt" in labels:
         raise OptionError("the offline optimum (opt) is per KV head: it bounds no layer-shared budget; "
                           "drop opt or use share head")
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:

@@ -125,17 +125,19 @@ class RematPlan:
         return self.index[self.kind == RUN]
 
 
-def _resolve(value, index: Mapping[str, int], count: int, what: str, step: int) -> int:
+def _resolve(value, index: Mapping[str, int], count: int, what: str, step: int, place: str = "step") -> int:
+    """The id of an op or tensor named by ``value`` (a name or an integer id) at item ``step``
+    of a ``place`` list (plan steps, or the runs of :func:`memopt.remat.plan_from_runs`)."""
     if isinstance(value, str):
         try:
             return index[value]
         except KeyError:
-            raise ScheduleError(f"step {step}: unknown {what} {value!r}") from None
+            raise ScheduleError(f"{place} {step}: unknown {what} {value!r}") from None
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
         if 0 <= int(value) < count:
             return int(value)
-        raise ScheduleError(f"step {step}: {what} id {int(value)} is out of range (the graph has {count})")
-    raise ScheduleError(f"step {step}: a {what} must be a name or an integer id, got {show_value(value)}")
+        raise ScheduleError(f"{place} {step}: {what} id {int(value)} is out of range (the graph has {count})")
+    raise ScheduleError(f"{place} {step}: a {what} must be a name or an integer id, got {show_value(value)}")
 
 
 # ---------------------------------------------------------------------------- parameters
