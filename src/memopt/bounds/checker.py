@@ -77,6 +77,31 @@ _WITNESS_KEYS = {
 }
 
 
+def record_to_dict(record) -> dict:
+    """A report dataclass as plain JSON data: every field, list fields copied."""
+    return {f.name: (list(v) if isinstance(v := getattr(record, f.name), list) else v) for f in fields(record)}
+
+
+def record_from_dict(cls, d, what: str, error, derived=()):
+    """Inverse of :func:`record_to_dict` for the dataclass ``cls``: refuses anything but a
+    JSON object, an unknown field (``derived`` ones are accepted and dropped) and a list
+    field that is not a list of strings, with ``error`` naming ``what``."""
+    if not isinstance(d, dict):
+        raise error(f"a {what} must be a JSON object, got {type(d).__name__}")
+    known = {f.name for f in fields(cls)}
+    unknown = [k for k in d if k not in known and k not in derived]
+    if unknown:
+        raise error(f"{what} has unexpected field {unknown[0]!r}")
+    kw = {k: v for k, v in d.items() if k in known}
+    for f in fields(cls):
+        if f.name in kw and f.default_factory is list:
+            v = kw[f.name]
+            if not isinstance(v, list) or not all(isinstance(e, str) for e in v):
+                raise error(f"{what}: {f.name!r} must be a list of strings")
+            kw[f.name] = list(v)
+    return cls(**kw)
+
+
 @dataclass
 class VerifyReport:
     """Outcome of :func:`verify_certificate`.
@@ -101,27 +126,12 @@ class VerifyReport:
 
     def to_dict(self) -> dict:
         """Plain JSON data (every field, plus ``ok``)."""
-        d = {f.name: getattr(self, f.name) for f in fields(self)}
-        d["errors"] = list(self.errors)
-        d["ok"] = self.ok
-        return d
+        return {**record_to_dict(self), "ok": self.ok}
 
     @classmethod
     def from_dict(cls, d: dict) -> "VerifyReport":
         """Inverse of :meth:`to_dict` (``ok`` is derived, so it is ignored)."""
-        if not isinstance(d, dict):
-            raise CertificateError(f"a verify report must be a JSON object, got {type(d).__name__}")
-        known = {f.name for f in fields(cls)}
-        unknown = [k for k in d if k not in known and k != "ok"]
-        if unknown:
-            raise CertificateError(f"verify report has unexpected field {unknown[0]!r}")
-        kw = dict(d)
-        kw.pop("ok", None)
-        if "errors" in kw:
-            if not isinstance(kw["errors"], list) or not all(isinstance(e, str) for e in kw["errors"]):
-                raise CertificateError("verify report: 'errors' must be a list of strings")
-            kw["errors"] = list(kw["errors"])
-        return cls(**kw)
+        return record_from_dict(cls, d, "verify report", CertificateError, derived=("ok",))
 
 
 class _Fail(Exception):

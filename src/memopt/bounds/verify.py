@@ -41,13 +41,14 @@ Example
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from memopt.bounds.certificate import FORMAT as CERTIFICATE_FORMAT
 from memopt.bounds.certificate import dag_to_doc
-from memopt.bounds.checker import INT_LIMIT, solver_free_bound, verify_certificate, verify_plan
+from memopt.bounds.checker import (INT_LIMIT, _r, record_from_dict, record_to_dict, solver_free_bound, verify_certificate,
+                                   verify_plan)
 from memopt.core import dag_order_from_op_order, graph_to_dag, validate_order
 from memopt.errors import CertificateError, FormatError, MemoptError, OptionError
 
@@ -85,19 +86,11 @@ class VerifyOutcome:
     checked: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        d = {f.name: getattr(self, f.name) for f in fields(self)}
-        d["checked"] = list(self.checked)
-        return d
+        return record_to_dict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> "VerifyOutcome":
-        if not isinstance(d, dict):
-            raise FormatError(f"a verify outcome must be a JSON object, got {type(d).__name__}")
-        known = {f.name for f in fields(cls)}
-        unknown = [k for k in d if k not in known]
-        if unknown:
-            raise FormatError(f"verify outcome has unexpected field {unknown[0]!r}")
-        return cls(**{k: (list(v) if k == "checked" else v) for k, v in d.items()})
+        return record_from_dict(cls, d, "verify outcome", FormatError)
 
     # dict-like read access, for callers of the former ``verify_plan_document``
     def __getitem__(self, key: str):
@@ -111,15 +104,6 @@ class VerifyOutcome:
 
     def items(self):
         return self.to_dict().items()
-
-
-def _r(x, limit: int = 60) -> str:
-    """A short repr for messages (junk can be huge: an integer of 5000 digits has no repr)."""
-    try:
-        s = repr(x)
-    except (ValueError, RecursionError):
-        s = f"<a {type(x).__name__} too large to print>"
-    return s if len(s) <= limit else s[: limit - 3] + "..."
 
 
 def _is_int(x) -> bool:
