@@ -252,3 +252,31 @@ def test_a_graph_output_is_re_made_at_the_end_instead_of_held():
         r = solve(g, "min_cost", memory_limit=22, cap=1, time_limit=30)
         assert_answer(g, r, 1, cost=1)
         assert [s for s in r.plan.to_doc(g) if "run" in s][-1] == {"run": "O"}
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 10**6))
+def test_first_runs_follow_the_edges_in_every_random_plan(seed):
+    """Lemma 8, the redundant precedences of the CP-SAT model: in any valid plan the first run
+    of a producer precedes the first run of each consumer, and at least as many runs as the
+    op has descendants follow its first run."""
+    from memopt.remat.model_common import ancestor_counts
+
+    rng = np.random.default_rng(seed)
+    g = mixed_graph(rng, int(rng.integers(1, 8)))
+    caps = [int(rng.integers(0, 3)) for _ in range(g.num_ops)]
+    p = RematProblem.of(g, caps)
+    runs = random_plan(g, caps, rng).runs().tolist()
+    first = {v: runs.index(v) for v in range(g.num_ops)}
+    for a, b in zip(*(x.tolist() for x in g.op_edges())):
+        assert first[a] < first[b]
+    desc = ancestor_counts(p, descendants=True)
+    anc = ancestor_counts(p)
+    for v in range(g.num_ops):
+        assert len(runs) - 1 - first[v] >= desc[v]
+        assert first[v] >= anc[v]
+    # on a chain the counts are exact: n - 1 - i descendants, i ancestors
+    chain = TensorGraph.build([Tensor(f"t{i}", 1, output=i == 3) for i in range(4)],
+                              [Op(f"o{i}", (f"t{i - 1}",) if i else (), (f"t{i}",)) for i in range(4)])
+    q = RematProblem.of(chain, 0)
+    assert ancestor_counts(q, descendants=True) == [3, 2, 1, 0] and ancestor_counts(q) == [0, 1, 2, 3]

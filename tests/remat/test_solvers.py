@@ -253,3 +253,100 @@ def test_an_incumbent_that_meets_the_cost_bound_needs_no_search():
     assert (r.status, r.extra_cost, r.cost_lower_bound) == ("optimal", 5, 5)
     assert r.stats["solver_status"].startswith("not_run")
     assert r.stats["cost_bound"]["value"] == 5
+
+
+# ---------------------------------------------------------------------------- reduced-cost fixing
+# proofs/remat_exact_models.md, Lemma 7: caps fixed on the cores keep every plan cheaper
+# than the incumbent; the strict model proves the incumbent optimal by being infeasible
+@settings(max_examples=20, deadline=None)
+@given(st.integers(0, 10**6), st.integers(1, 2), st.floats(0, 1), st.integers(0, 8))
+def test_caps_fixed_on_the_cores_keep_every_plan_below_the_incumbent(seed, cap, where, slack):
+    from memopt.remat.lower_bounds import cost_lower_bound
+    from memopt.remat.model_common import core_fixed_caps, reduced_caps
+
+    g = skewed_graph(seed, 6)
+    # a limit below the no-recomputation optimum that some plan meets: re-runs are needed
+    floor, p0 = min_peak(g, 10**9, cap)[0], min_peak(g, 0, cap)[0]
+    if floor >= p0:
+        return
+    limit = floor + int(where * (p0 - 1 - floor))
+    cost, _ = min_extra_cost(g, limit, cap)
+    p = RematProblem.of(g, cap)
+    cb = cost_lower_bound(g, limit, cap, time_limit=5)
+    upper = Fraction(cost) + slack
+    strict = core_fixed_caps(p, reduced_caps(p, upper), cb.cores, upper, strict=True)
+    loose = core_fixed_caps(p, reduced_caps(p, cost), cb.cores, cost, strict=False)
+    assert all(0 <= a <= b <= cap for a, b in zip(strict, reduced_caps(p, upper)))
+    # the optimum costs below ``upper`` when slack > 0: the strict caps keep it
+    got = min_extra_cost(g, limit, strict)[0]
+    if slack > 0:
+        assert got == cost
+    else:
+        assert got is None or got == cost
+    assert min_extra_cost(g, limit, loose)[0] == cost
+
+
+def test_core_fixing_keeps_only_the_runs_below_the_incumbent_and_the_model_proves_it_optimal():
+    """held_value_graph(3) under 22 bytes: A (cost 1) must run before each of the three C{i}
+    (extra cost 2), while the cost bound sees only the core {A} (bound 1). Below the
+    incumbent's 2, A keeps one re-run and every cost-50 op none; the strict model (8 slots
+    instead of 21) is infeasible, which proves the incumbent optimal."""
+    from memopt.remat.lower_bounds import cost_lower_bound
+    from memopt.remat.model_common import core_fixed_caps, reduced_caps
+
+    from conftest import held_value_graph
+
+    g = held_value_graph(3)
+    p = RematProblem.of(g, 2)
+    cb = cost_lower_bound(g, 22, 2, time_limit=5)
+    assert (cb.value, cb.cores) == (1, ((0,),))
+    assert core_fixed_caps(p, reduced_caps(p, 2), cb.cores, 2) == [1, 0, 0, 0, 0, 0, 0]
+    assert core_fixed_caps(p, reduced_caps(p, 2), cb.cores, 2, strict=False) == [2, 0, 0, 0, 0, 0, 0]
+    # a core no op may re-run in: nothing is cheaper than the incumbent, every cap goes
+    assert core_fixed_caps(p, [0] * 7, cb.cores, 2) == [0] * 7
+    incumbent = plan_from_runs(p, [0, 1, 2, 3, 0, 4, 5, 0, 6])
+    r = solve_cpsat(g, "min_cost", memory_limit=22, cap=2, time_limit=30, incumbent=incumbent)
+    assert (r.status, r.extra_cost, r.cost_lower_bound) == ("optimal", 2, 2)
+    assert r.stats["solver_status"] == "INFEASIBLE"
+    assert r.stats["fixed_caps"] == {"slots": 8, "ops_that_may_rerun": 1}
+    check_plan(g, r.plan, cap=2, claimed_peak=r.peak, claimed_extra_cost=r.extra_cost)
+
+
+# proofs/remat_exact_models.md, Lemma 9: the relaxed oracle of the decomposition
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 10**6), st.integers(1, 2), st.integers(0, 2**12))
+def test_relaxing_the_other_ops_never_raises_the_least_peak(seed, cap, pick):
+    """Every plan whose re-runs of the kept ops stay within their caps (the other ops
+    re-running freely within theirs) peaks at least at the least peak over the relaxed graph
+    of the other ops, with the kept caps and no other re-run."""
+    from memopt.remat.lower_bounds import relaxed_graph
+
+    g = skewed_graph(seed, 6)
+    n = g.num_ops
+    kept = [(pick >> (2 * v)) % (cap + 1) if (pick >> (2 * v + 1)) & 1 else 0 for v in range(n)]
+    kept_ops = {v for v in range(n) if kept[v] > 0}
+    others = [v for v in range(n) if v not in kept_ops]
+    full = [kept[v] if v in kept_ops else cap for v in range(n)]
+    exact = min_peak(g, 10**9, full)[0]
+    relaxed = min_peak(relaxed_graph(g, others), 10**9, kept)[0]
+    assert relaxed <= exact
+    # with nothing relaxed it is the same question
+    assert min_peak(relaxed_graph(g, []), 10**9, full)[0] == exact
+
+
+def test_the_relaxed_oracle_proves_a_three_run_op_optimal_by_a_no_good_on_it_alone():
+    """held_value_graph(4) under 22 bytes: A must run before each C{i} (extra cost 3); the cost
+    bound sees only {A} (bound 1). With the incumbent given, caps fixed below its cost keep A
+    at two re-runs; the decomposition's first master answer is one re-run of A, and the
+    relaxed graph of every other op with A at one re-run is infeasible: a no-good on A alone.
+    The bound climbs to the incumbent's cost and it is proved optimal without the full model."""
+    from conftest import held_value_graph
+
+    g = held_value_graph(4)
+    p = RematProblem.of(g, 3)
+    incumbent = plan_from_runs(p, [0, 1, 2, 3, 0, 4, 0, 5, 6, 0, 7, 8])
+    r = solve_cpsat(g, "min_cost", memory_limit=22, cap=3, time_limit=60, incumbent=incumbent, decompose=True)
+    assert (r.status, r.extra_cost, r.cost_lower_bound) == ("optimal", 3, 3)
+    assert r.stats["decomposition"]["relaxed_nogoods"] >= 1
+    assert r.stats["solver_status"].startswith("not_run: the decomposition")
+    check_plan(g, r.plan, cap=3, claimed_peak=r.peak, claimed_extra_cost=r.extra_cost)

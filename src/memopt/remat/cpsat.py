@@ -24,7 +24,9 @@ idea, not the code) has neither restriction:
   with ``s[u, i] < s[v, j] < e[x, i]``, at least one true (``e_x > s[v, j]`` for inputs);
 * graph outputs: some copy has ``e = nruns``;
 * memory: one cumulative constraint over the tensor intervals (demand = size) and the
-  workspace intervals ``[s, s+1)`` (demand = ``w(v)``), capacity ``M - resident`` or ``P``.
+  workspace intervals ``[s, s+1)`` (demand = ``w(v)``), capacity ``M - resident`` or ``P``;
+* redundant: first runs follow the graph's edges (``s[u, 0] < s[v, 0]``) and leave room for
+  the op's descendants after them, which the reads imply only through a disjunction.
 
 Objective: ``sum_{j >= 1} c(v) p[v, j]`` (``min_cost``) or ``P`` under the cost budget
 (``min_peak``). Bytes are divided by their gcd; costs as in
@@ -60,9 +62,9 @@ import math
 import time
 from fractions import Fraction
 
-from memopt.remat.model_common import (RematProblem, ancestor_counts, byte_scale, cost_scale, footprint_bound,
-                                       finish_result, model_budget, plan_from_slots, reduced_caps, slots_from_plan,
-                                       start_result)
+from memopt.remat.model_common import (RematProblem, ancestor_counts, byte_scale, core_fixed_caps, cost_scale,
+                                       finish_result, footprint_bound, model_budget, plan_from_slots, reduced_caps,
+                                       slots_from_plan, start_result)
 
 __all__ = ["solve_cpsat", "cpsat_method"]
 
@@ -72,11 +74,15 @@ MAX_SIZE = 2_000_000
 CHECK_SECONDS = 3.0
 #: single re-runs tried to grow each no-good after the binary search
 GROW_TRIES = 8
+#: seconds for one relaxed oracle call of the decomposition (the other ops' outputs weigh 0)
+RELAX_SECONDS = 10.0
 #: the share of ``time_limit`` the decomposition may use before the full model gets the rest
-DECOMPOSE_SHARE = 0.7
+DECOMPOSE_SHARE = 0.5
 #: the share of ``time_limit`` (and the most seconds) for the model restricted to the hitting set
 RESTRICT_SHARE = 0.1
 RESTRICT_SECONDS = 20.0
+#: the share of ``time_limit`` the reduced-cost fixing of the caps may use
+FIX_SHARE = 0.1
 
 
 def solve_cpsat(problem, question: str, *, memory_limit: int | None = None, cost_budget=None, cap=1,
@@ -93,11 +99,14 @@ def solve_cpsat(problem, question: str, *, memory_limit: int | None = None, cost
     With ``restrict``, a model whose caps are kept only on the bound's cheapest hitting set
     (and the zero-cost ops) first looks for a cheap incumbent for ``RESTRICT_SHARE`` of the
     time (at most ``RESTRICT_SECONDS``); if that plan meets the bound it is optimal.
+    With an incumbent and cores, the caps are then fixed on the cores
+    (:func:`~memopt.remat.model_common.core_fixed_caps`, reduced-cost fixing: only plans
+    cheaper than the incumbent are looked for, and an infeasible model proves the incumbent
+    optimal; ``proofs/remat_exact_models.md`` §3b).
     With ``decompose`` it then runs the implicit-hitting-set loop of :func:`_decompose`
-    (small models with cut caps as the oracle) for ``DECOMPOSE_SHARE`` of the time and gives
-    the full model the rest. Off by default: on the Checkmate graphs it did not prove more
-    than the full model with the cores (``docs/remat.md``, "Proving optimality").
-    Caps are cut to what the incumbent's cost (or the budget) allows
+    (small models with cut caps, and the relaxed graph of the ops a count vector does not
+    re-run, as the oracles) for ``DECOMPOSE_SHARE`` of the time and gives the full model the
+    rest. Caps are cut to what the incumbent's cost (or the budget) allows
     (:func:`~memopt.remat.model_common.reduced_caps`)."""
     from ortools.sat.python import cp_model
 
@@ -108,6 +117,7 @@ def solve_cpsat(problem, question: str, *, memory_limit: int | None = None, cost
         return early.result
     stats: dict = {}
     cb = None
+    fixed = strict = None   # strict: the model looks only for plans cheaper than this cost
     if question == "min_cost":
         from memopt.remat.lower_bounds import cost_lower_bound
 
@@ -131,16 +141,36 @@ def solve_cpsat(problem, question: str, *, memory_limit: int | None = None, cost
             if early.incumbent is not None and Fraction(early.incumbent_cost) <= Fraction(cb.value):
                 stats["solver_status"] = "not_run: the plan re-running the hitting set meets the cost bound"
                 return finish_result(full, early, None, ("cost", cb.value), "cpsat", t0, stats)
+        if early.incumbent is not None and cb.cores and cost_scale(full)[2]:
+            # reduced-cost fixing on the cores: caps that keep every plan cheaper than the
+            # incumbent; the model then looks only for those (``strict``), and proves the
+            # incumbent optimal by proving that none exists
+            fixed = core_fixed_caps(full, reduced_caps(full, early.incumbent_cost), cb.cores, early.incumbent_cost,
+                                    strict=True, deadline=t0 + FIX_SHARE * float(time_limit))
+            strict = Fraction(early.incumbent_cost)
+            stats["fixed_caps"] = {"slots": sum(1 + k for k in fixed),
+                                   "ops_that_may_rerun": sum(1 for k in fixed if k > 0)}
         if decompose and cost_scale(full)[2]:
-            cb = _decompose(full, early, cb, t0 + DECOMPOSE_SHARE * float(time_limit), seed, num_workers,
-                            stats)
+            cb = _decompose(full if fixed is None else RematProblem.of(full, fixed), early, cb,
+                            t0 + DECOMPOSE_SHARE * float(time_limit), seed, num_workers, stats)
+            if strict is not None and cb.value is not None and Fraction(cb.value) > strict:
+                # over the fixed caps the master bounds the plans cheaper than the incumbent only
+                cb = cb._replace(value=strict if strict.denominator > 1 else int(strict))
             if cb.infeasible:
                 stats["proof"] = "every cap vector is a proven no-good (decomposition)"
                 return finish_result(full, early, None, ("infeasible",), "cpsat", t0, stats)
             if early.incumbent is not None and Fraction(early.incumbent_cost) <= Fraction(cb.value):
                 stats["solver_status"] = "not_run: the decomposition proved the incumbent optimal"
                 return finish_result(full, early, None, ("cost", cb.value), "cpsat", t0, stats)
-    p = RematProblem.of(full, reduced_caps(full, model_budget(early)))
+    if strict is not None and Fraction(early.incumbent_cost) < strict:
+        # the decomposition found a cheaper plan: fix the caps again below its cost
+        fixed = core_fixed_caps(full, reduced_caps(full, early.incumbent_cost), cb.cores, early.incumbent_cost,
+                                strict=True, deadline=time.perf_counter() + FIX_SHARE * float(time_limit))
+        strict = Fraction(early.incumbent_cost)
+    caps = reduced_caps(full, model_budget(early))
+    if strict is not None:
+        caps = [min(a, b) for a, b in zip(caps, fixed)]
+    p = RematProblem.of(full, caps)
     T = p.slots
     copies_total = T
     stats.update({"slots": T, "copies": copies_total})
@@ -177,6 +207,15 @@ def solve_cpsat(problem, question: str, *, memory_limit: int | None = None, cost
         pres.append(pv)
         start.append(sv)
     m.add(nruns == sum(b for pv in pres for b in pv))
+    # Redundant (Lemma 8): first runs follow the graph's edges, and every descendant's first
+    # run comes after the first run of v; the read literals imply both, but only through a
+    # disjunction over the producer's copies that propagation does not see through
+    desc = ancestor_counts(p, descendants=True)
+    for v in range(p.n):
+        m.add(start[v][0] + 1 + desc[v] <= nruns)
+    for a, b in sorted(set(zip(*(x.tolist() for x in p.graph.op_edges())))):
+        if a != b:
+            m.add(start[a][0] + 1 <= start[b][0])
     if run_iv:
         m.add_no_overlap(run_iv)
     # retention intervals
@@ -299,7 +338,9 @@ def solve_cpsat(problem, question: str, *, memory_limit: int | None = None, cost
             m.add_bool_or([pres[v][1] for v in core if K[v] > 1])
         if exact and terms:
             m.add(extra >= math.ceil(Fraction(cb.value) * factor))
-            if early.incumbent is not None:
+            if strict is not None:
+                m.add(extra <= int(strict * factor) - 1)
+            elif early.incumbent is not None:
                 m.add(extra <= int(Fraction(early.incumbent_cost) * factor))
     else:
         lo_u = -(-(lower - p.resident_bytes) // g)
@@ -309,7 +350,7 @@ def solve_cpsat(problem, question: str, *, memory_limit: int | None = None, cost
             m.add_cumulative(intervals, demands, P)
         m.add(extra <= math.floor(Fraction(early.cost_budget) * factor))
         m.minimize(P)
-    if early.incumbent is not None:
+    if early.incumbent is not None and _within(early.incumbent, p.caps):
         _hint(m, p, early.incumbent, pres, start, end, nruns, P, g)
     solver = cp_model.CpSolver()
     left = float(time_limit) - (time.perf_counter() - t0)
@@ -326,7 +367,9 @@ def solve_cpsat(problem, question: str, *, memory_limit: int | None = None, cost
     plan = None
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         plan = _plan(solver, p, pres, start, end, nruns)
-    if status == cp_model.INFEASIBLE:
+    if status == cp_model.INFEASIBLE and strict is not None:
+        proven = ("cost", strict)  # no plan is cheaper than the incumbent (Lemma 7)
+    elif status == cp_model.INFEASIBLE:
         proven = ("infeasible",)
     elif status in (cp_model.OPTIMAL, cp_model.FEASIBLE) or math.isfinite(solver.best_objective_bound):
         units = math.ceil(solver.best_objective_bound - 1e-6)
@@ -334,6 +377,9 @@ def solve_cpsat(problem, question: str, *, memory_limit: int | None = None, cost
             proven = None
         elif question == "min_cost":
             proven = ("cost", Fraction(max(0, units)) / factor)
+            if strict is not None:
+                # the model's bound holds for the plans cheaper than the incumbent only
+                proven = ("cost", min(proven[1], strict))
         else:
             proven = ("peak", p.resident_bytes + g * max(units, 0))
     else:
@@ -345,6 +391,12 @@ def solve_cpsat(problem, question: str, *, memory_limit: int | None = None, cost
     return finish_result(full, early, plan, proven, "cpsat", t0, stats)
 
 
+def _within(plan, caps) -> bool:
+    """Does ``plan`` run every op at most ``1 + caps[v]`` times?"""
+    runs = plan.runs().tolist()
+    return all(runs.count(v) <= 1 + caps[v] for v in set(runs))
+
+
 def _try_caps(full: RematProblem, early, caps, time_limit: float, seed: int, num_workers: int,
               first_solution: bool) -> bool | None:
     """Solve ``min_cost`` under ``early``'s limit with the smaller ``caps`` (no cost bound, no
@@ -354,11 +406,7 @@ def _try_caps(full: RematProblem, early, caps, time_limit: float, seed: int, num
     from memopt.remat.lower_bounds import CostBound
     from memopt.remat.model_common import evaluate
 
-    inc = None
-    if early.incumbent is not None:
-        runs = early.incumbent.runs().tolist()
-        if all(runs.count(v) <= 1 + caps[v] for v in set(runs)):
-            inc = early.incumbent
+    inc = early.incumbent if early.incumbent is not None and _within(early.incumbent, caps) else None
     r = solve_cpsat(full.graph, "min_cost", memory_limit=early.memory_limit, cap=caps, time_limit=time_limit,
                     incumbent=inc, seed=seed, num_workers=num_workers, cost_bound=CostBound(0, ()), decompose=False,
                     restrict=False, first_solution=first_solution)
@@ -388,11 +436,16 @@ def _decompose(full: RematProblem, early, cb, deadline: float, seed: int, num_wo
     cheapest first (1, 2, 4, ... runs at once, then single tries), each tried first on the relaxed-graph
     trap bound and then on the model (an answer it cannot give in its time counts as
     feasible, which only weakens the no-good). Every plan met is a candidate incumbent.
+    Before that, the *relaxed oracle*: the model over the relaxed graph of every op that
+    ``y`` does not re-run, with caps ``y`` on the others; if it is infeasible, no plan keeps
+    those ops within ``y`` whatever the rest does (``proofs/remat_exact_models.md``,
+    Lemma 9), a no-good free on every other op (on VGG19 at 0.8 it decides the instance in
+    two rounds: one op must run three times, which the cores cannot see).
     Returns the strengthened bound (its ``cores`` unchanged); ``early``'s incumbent is
     updated in place. Proof: ``proofs/remat_cost_bounds.md``, Theorem 4."""
     from ortools.sat.python import cp_model
 
-    from memopt.remat.lower_bounds import CostBound, relaxed_trap_exceeds
+    from memopt.remat.lower_bounds import CostBound, relaxed_graph, relaxed_trap_exceeds
 
     n, M = full.n, early.memory_limit
     costs = full.costs
@@ -401,7 +454,7 @@ def _decompose(full: RematProblem, early, cb, deadline: float, seed: int, num_wo
     nogoods = [{v: (0 if v in set(c) else full.caps[v]) for v in pos} for c in cb.cores]
     lb = Fraction(cb.value)
     scaled, factor, _ = cost_scale(full)
-    rounds = checks = 0
+    rounds = checks = relaxed = 0
 
     def caps_of(y):
         out = [0] * n
@@ -415,12 +468,31 @@ def _decompose(full: RematProblem, early, cb, deadline: float, seed: int, num_wo
         """True (a plan, now a candidate incumbent), False (proved infeasible), None (unknown)."""
         nonlocal checks
         checks += 1
-        if relaxed_trap_exceeds(full.graph, [v for v in range(n) if caps_of(y)[v] > 0], M, deadline=deadline):
+        # held inputs: G_S^+ is a sound oracle too (proofs/remat_cost_bounds.md, Theorem 1')
+        if relaxed_trap_exceeds(full.graph, [v for v in range(n) if caps_of(y)[v] > 0], M, deadline=deadline,
+                                held_inputs=True):
             return False
         left = deadline - time.perf_counter()
         if left <= 0.05:
             return None
         return _try_caps(full, early, caps_of(y), min(left, CHECK_SECONDS), seed, num_workers, True)
+
+    def relaxed_infeasible(kept: dict) -> bool:
+        """Proved that no plan within the limit re-runs each op ``v`` of ``kept`` at most
+        ``kept[v]`` times, whatever the other ops do: the model over the relaxed graph of the
+        other ops that may re-run (their outputs weigh 0 and count in the workspace of their
+        producer and readers; they run once there) with caps ``kept`` is infeasible
+        (``proofs/remat_exact_models.md``, Lemma 9). A plan found there is no plan of the graph."""
+        nonlocal checks
+        left = deadline - time.perf_counter()
+        if left <= 0.05:
+            return False
+        checks += 1
+        others = [v for v in range(n) if full.caps[v] > 0 and v not in kept]
+        r = solve_cpsat(relaxed_graph(full.graph, others), "min_cost", memory_limit=M,
+                        cap=[kept.get(v, 0) for v in range(n)], time_limit=min(left, RELAX_SECONDS), seed=seed,
+                        num_workers=num_workers, cost_bound=CostBound(0, ()), restrict=False, first_solution=True)
+        return r.status == "infeasible"
 
     def master():
         top = reduced_caps(full, early.incumbent_cost) if early.incumbent is not None else list(full.caps)
@@ -459,6 +531,19 @@ def _decompose(full: RematProblem, early, cb, deadline: float, seed: int, num_wo
         if value is False:
             break
         lb = max(lb, value)
+        kept = {v: y[v] for v in pos if y[v] > 0}
+        if relaxed_infeasible(kept):
+            # a no-good on the kept ops alone (every other op free); raised one re-run at a
+            # time, cheapest first, while the relaxed model stays infeasible
+            top = reduced_caps(full, early.incumbent_cost) if early.incumbent is not None else list(full.caps)
+            for _, v in sorted((Fraction(costs[v]), v) for v in kept)[:GROW_TRIES]:
+                if kept[v] < top[v] and time.perf_counter() < deadline:
+                    trial = {**kept, v: kept[v] + 1}
+                    if relaxed_infeasible(trial):
+                        kept = trial
+            nogoods.append({v: kept.get(v, full.caps[v]) for v in pos})
+            relaxed += 1
+            continue
         ok = feasible(y)
         if ok:
             continue  # a plan of cost <= the bound: optimal (checked at the loop's top)
@@ -488,7 +573,8 @@ def _decompose(full: RematProblem, early, cb, deadline: float, seed: int, num_wo
                 if feasible(trial) is False:
                     Y = trial
         nogoods.append(Y)
-    stats["decomposition"] = {"rounds": rounds, "checks": checks, "nogoods": len(nogoods), "bound": lb}
+    stats["decomposition"] = {"rounds": rounds, "checks": checks, "nogoods": len(nogoods), "relaxed_nogoods": relaxed,
+                              "bound": lb}
     lb = int(lb) if lb.denominator == 1 else lb
     return CostBound(lb, cb.cores, (), False, cb.complete, cb.evaluations)
 
@@ -546,5 +632,8 @@ def _hint(m, p: RematProblem, plan, pres, start, end, nruns, P, g) -> None:
 def cpsat_method(problem, *, question: str, memory_limit=None, cost_budget=None, cap=1, time_limit: float = 10.0,
                  incumbent=None, seed: int = 0, cost_bound=None):
     """Registry method ``cpsat`` (see :mod:`memopt.remat.registry`)."""
+    # the decomposition ends in a few rounds where an op must run more often than the cores
+    # can tell (VGG19 at 0.8), and hands the full model the rest of the time otherwise
     return solve_cpsat(problem, question, memory_limit=memory_limit, cost_budget=cost_budget, cap=cap,
-                       time_limit=time_limit, incumbent=incumbent, seed=seed, cost_bound=cost_bound)
+                       time_limit=time_limit, incumbent=incumbent, seed=seed, cost_bound=cost_bound,
+                       decompose=True)

@@ -45,7 +45,8 @@ from memopt.core.tensor_graph import TensorGraph
 from memopt.errors import MemoptError, OptionError, ScheduleError
 
 __all__ = ["RematProblem", "MAX_CAP", "footprint_bound", "byte_scale", "cost_scale", "plan_from_runs",
-           "plan_from_slots", "slots_from_plan", "evaluate", "QUESTIONS", "reduced_caps", "model_budget"]
+           "plan_from_slots", "slots_from_plan", "evaluate", "QUESTIONS", "reduced_caps", "model_budget",
+           "core_fixed_caps"]
 
 #: the largest per-op cap the slot models accept (a model has ``sum (1 + k)`` slots)
 MAX_CAP = 64
@@ -302,14 +303,78 @@ def reduced_caps(p: RematProblem, budget) -> list[int]:
     return [k if c == 0 else min(k, int(b // Fraction(c))) for k, c in zip(p.caps, p.costs)]
 
 
-def ancestor_counts(p: RematProblem) -> list[int]:
-    """Number of (op) ancestors of every op: no run of ``v`` can be in a slot below it."""
+def core_fixed_caps(p: RematProblem, caps, cores, incumbent_cost, *, strict: bool = True,
+                    deadline: float = float("inf")) -> list[int]:
+    """Caps that lose no plan within the limit of extra cost below ``incumbent_cost``
+    (``strict``; at most it otherwise), given ``cores`` of the cost bound (every such plan
+    re-runs an op of each core, ``proofs/remat_cost_bounds.md`` Lemma 2) and ``caps`` that
+    already lose none of them: *reduced-cost fixing* on the hitting-set relaxation.
+
+    A plan that re-runs ``v`` ``z`` times costs at least ``z c(v) + h(v)``, ``h(v)`` = the
+    least cost of an op set without ``v`` meeting every core that does not contain ``v``
+    (its other re-run ops form one), using only ops whose cap is still positive. So ``v``
+    keeps at most ``z - 1`` re-runs for the least ``z`` with ``z c(v) + h(v) >= U`` (``> U``
+    when not ``strict``); repeated to a fixpoint, since a cap cut to 0 takes ``v`` out of
+    every core and raises the ``h`` of the others. ``h`` is a proved lower bound of
+    :func:`memopt.remat.lower_bounds.min_hitting_set` (exact when it finishes by
+    ``deadline``; a core left without any op gives ``h = inf``: no plan below ``U`` at all,
+    every positive-cost cap becomes 0). With the cheapest op of a core the only one below
+    ``U``, it alone keeps a cap — on VGG19 at 0.8 this leaves 4 of 51 ops that must re-run
+    and the cheap ones. Argument: ``proofs/remat_exact_models.md``, Lemma 7."""
+    import time
+
+    from memopt.remat.lower_bounds import min_hitting_set
+
+    U = Fraction(incumbent_cost)
+    caps = list(caps)
+    costs = [Fraction(c) for c in p.costs]
+
+    def excluded(z: int, v: int, h) -> bool:
+        total = z * costs[v] + h
+        return total >= U if strict else total > U
+
+    changed = True
+    while changed and time.perf_counter() < deadline:
+        changed = False
+        live = [tuple(u for u in c if caps[u] > 0) for c in cores]
+        if any(not c for c in live):
+            # some core has no op left that may re-run: no plan of cost below U exists
+            return [k if costs[v] == 0 else 0 for v, k in enumerate(caps)]
+        for v in range(p.n):
+            if caps[v] == 0 or costs[v] == 0 or time.perf_counter() >= deadline:
+                continue
+            rest = [tuple(u for u in c if u != v) for c in live if v not in c]
+            if any(not c for c in rest):
+                continue  # cannot happen (rest cores keep their ops); keep v's cap
+            h = Fraction(0) if not rest else min_hitting_set(rest, costs, min(deadline, time.perf_counter() + 2.0))[0]
+            h = Fraction(0) if h is None else Fraction(h)
+            keep = caps[v]
+            for z in range(1, caps[v] + 1):
+                if excluded(z, v, h):
+                    keep = z - 1
+                    break
+            if keep < caps[v]:
+                caps[v] = keep
+                changed = True
+                if keep == 0:
+                    live = [tuple(u for u in c if caps[u] > 0) for c in cores]
+                    if any(not c for c in live):
+                        return [k if costs[u] == 0 else 0 for u, k in enumerate(caps)]
+    return caps
+
+
+def ancestor_counts(p: RematProblem, *, descendants: bool = False) -> list[int]:
+    """Number of (op) ancestors of every op: no run of ``v`` can be in a slot below it.
+    ``descendants``: the number of descendants instead — each has its first run after the
+    first run of ``v``, so at least that many runs follow it."""
     g = p.graph
     preds = [set() for _ in range(p.n)]
     for a, b in zip(*g.op_edges()):
-        preds[int(b)].add(int(a))
+        a, b = (int(b), int(a)) if descendants else (int(a), int(b))
+        preds[b].add(a)
+    order = g.topological_order().tolist()
     anc = [0] * p.n
-    for v in g.topological_order().tolist():
+    for v in (order[::-1] if descendants else order):
         mask = 0
         for u in preds[v]:
             mask |= anc[u] | (1 << u)
