@@ -289,3 +289,111 @@ def test_time_limit_returns_the_incumbent():
     assert (proved.status, proved.extra_cost) == ("optimal", 1) and proved.states > 0
     over = min_extra_cost(g, 14, 1, max_states=0, incumbent=inc)
     assert over.status in ("time_limit", "infeasible") and over.plan is None
+
+
+@SETTINGS
+@given(st.tuples(st.integers(0, 2**32 - 1), st.integers(2, 8), st.integers(0, 2), st.booleans()))
+def test_held_tensor_rule_keeps_the_optimum(args):
+    """Lemma 6 (a state whose held tensors leave no room for the first run of an op still to
+    run is a dead end) drops no optimal plan: with and without it the DP equals the
+    exhaustive search, and the rule only ever removes states' successors, never adds any."""
+    seed, n, cap, sp = args
+    rng = np.random.default_rng(seed)
+    g = random_sp(rng, n) if sp else random_tensor_graph(rng, n)
+    for M in limits(g, cap):
+        c, _ = bf.min_extra_cost(g, M, cap)
+        on = min_extra_cost(g, M, cap, use_bound=False)
+        off = min_extra_cost(g, M, cap, use_bound=False, prune_held=False)
+        for r in (on, off):
+            assert (r.status == "infeasible") == (c is None)
+            if c is not None:
+                assert r.extra_cost == c and check_plan(g, r.plan, cap) == (r.peak, c)
+        dijkstra_on = min_extra_cost(g, M, cap, use_bound=False, use_astar=False)
+        dijkstra_off = min_extra_cost(g, M, cap, use_bound=False, use_astar=False, prune_held=False)
+        assert dijkstra_on.states <= dijkstra_off.states
+
+
+def test_held_tensor_rule_prunes():
+    """A tensor ``a`` kept for a late reader ``Z`` while ``D`` (16 bytes out) still has to
+    run does not fit under 27 bytes: the rule sees it at once (the state after ``B`` with
+    ``a`` kept is dropped; only ``A`` may re-run, so ``Z`` is ``a``'s one possible reader),
+    so the search needs fewer states for the same optimum."""
+    g = TensorGraph.build(
+        tensors=[Tensor("a", 10), Tensor("b", 4), Tensor("c", 4), Tensor("d", 16), Tensor("z", 1, output=True)],
+        ops=[Op("A", (), ("a",), cost=1), Op("B", ("a",), ("b",), cost=5), Op("C", ("b",), ("c",), cost=5),
+             Op("D", ("c",), ("d",), cost=5), Op("Z", ("a", "d"), ("z",), cost=5)])
+    caps = [1, 0, 0, 0, 0]
+    on = min_extra_cost(g, 27, caps, use_bound=False, use_astar=False)
+    off = min_extra_cost(g, 27, caps, use_bound=False, use_astar=False, prune_held=False)
+    assert on.status == off.status == "optimal" and on.extra_cost == off.extra_cost == 1
+    assert on.states < off.states
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.tuples(st.integers(0, 2**32 - 1), st.integers(2, 8), st.integers(1, 2)))
+def test_compiled_kernel_equals_its_pure_twin(args):
+    """The expansion kernel compiled by numba and its pure-Python twin (what small graphs
+    run) expand the same states and find the same optimum."""
+    from memopt import _jit
+
+    seed, n, cap = args
+    g = random_sp(np.random.default_rng(seed), n)
+    for M in limits(g, cap):
+        with _jit.mode("pure"):
+            a = min_extra_cost(g, M, cap, use_bound=False)
+        with _jit.mode("compiled"):
+            b = min_extra_cost(g, M, cap, use_bound=False)
+        assert (a.status, a.extra_cost, a.peak, a.states) == (b.status, b.extra_cost, b.peak, b.states)
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.tuples(st.integers(0, 2**32 - 1), st.integers(2, 6), st.sampled_from([0.25, 1e13, 3e14])))
+def test_fractional_and_huge_costs_stay_exact(args):
+    """Costs that are not integers are scaled to exact integers for the kernel (units of
+    1/D); costs too large for int64 sums take the exact fallback (the kernel returns the
+    bound's op set, Python adds exact costs). Both equal the exhaustive search."""
+    seed, n, unit = args
+    rng = np.random.default_rng(seed)
+    base = random_sp(rng, n)
+    ops = [Op(base.op_names[v], tuple(base.tensor_names[t] for t in base.inputs_of(v)),
+              tuple(base.tensor_names[t] for t in base.outputs_of(v)), workspace=int(base.op_workspace[v]),
+              cost=float(base.op_cost[v]) * unit + 0.5) for v in range(base.num_ops)]
+    tensors = [Tensor(base.tensor_names[t], int(base.tensor_size[t]), output=bool(base.tensor_output[t]),
+                      resident=bool(base.tensor_resident[t])) for t in range(base.num_tensors)]
+    g = TensorGraph.build(tensors, ops)
+    for M in limits(g, 1):
+        c, _ = bf.min_extra_cost(g, M, 1)
+        r = min_extra_cost(g, M, 1, use_bound=False)
+        assert (r.status == "infeasible") == (c is None)
+        if c is not None:
+            assert r.extra_cost == c and check_plan(g, r.plan, 1) == (r.peak, c)
+
+
+def test_large_caps_use_wide_run_counts():
+    """Caps above 253 store run counts in four bytes per op: same optimum as a cap that is
+    just large enough (the chain needs one re-run)."""
+    g = TensorGraph.build(
+        tensors=[Tensor("a", 10), Tensor("b", 4), Tensor("c", 4), Tensor("d", 4), Tensor("z", 1, output=True)],
+        ops=[Op("A", (), ("a",), cost=1), Op("B", ("a",), ("b",), cost=5), Op("C", ("b",), ("c",), cost=5),
+             Op("D", ("c",), ("d",), cost=5), Op("Z", ("a", "d"), ("z",), cost=5)])
+    for cap in (300, None):
+        r = min_extra_cost(g, 15, cap)
+        assert (r.status, r.extra_cost) == ("optimal", 1) and check_plan(g, r.plan, cap) == (r.peak, 1)
+
+
+def test_memory_forced_rerun_is_charged_at_the_start():
+    """Lemma 7: ``a`` (10 bytes, made by ``A``) is read only by ``Z``, after ``D`` (4 in, 16
+    out); under 27 bytes ``a`` cannot be held across ``D``, so ``A`` must re-run: the start
+    state's bound is ``c(A) = 1`` (Lemma 4 alone sees nothing yet), and the optimum is 1."""
+    g = TensorGraph.build(
+        tensors=[Tensor("a", 10), Tensor("b", 1), Tensor("c", 4), Tensor("d", 16), Tensor("z", 1, output=True)],
+        ops=[Op("A", (), ("a", "b"), cost=1), Op("B", ("b",), ("c",), cost=5), Op("D", ("c",), ("d",), cost=5),
+             Op("Z", ("a", "d"), ("z",), cost=5)])
+    assert _Instance(g, 1).settle_start(0, 27)[2] == 1
+    assert _Instance(g, 1, prune_held=False).settle_start(0, 27)[2] == 0
+    assert _Instance(g, 1).settle_start(0, 40)[2] == 0  # room to hold it: nothing forced
+    assert _Instance(g, 0).settle_start(0, 27) is None  # cap 0: A cannot re-run, a is held: dead end
+    r = min_extra_cost(g, 27, 1, use_bound=False)
+    assert (r.status, r.extra_cost) == ("optimal", 1) and check_plan(g, r.plan, 1) == (r.peak, 1)
+    assert min_extra_cost(g, 27, 0, use_bound=False).status == "infeasible"
+    assert bf.min_extra_cost(g, 27, 1)[0] == 1 and bf.min_extra_cost(g, 27, 0)[0] is None

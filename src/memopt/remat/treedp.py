@@ -53,6 +53,17 @@ bound is what makes the search practical: an early free of a still-needed tensor
 tensor are charged at once instead of when the re-run happens, so the search no longer
 enumerates every keep/free combination at extra cost 0.
 
+Memory at the first runs ahead (proofs/remat_treedp.md §2.1, Lemmas 6 and 7): the first run
+of every op ``v`` that has not run is still ahead, and some tensors must be live across it: a
+live tensor whose possible readers all descend from ``v`` (a normal-form plan keeps a tensor
+only for a later read), and a tensor still to be made by an ancestor of ``v`` and read only by
+descendants of ``v`` unless its producer re-runs after ``v``. If the first kind (with ``v``'s
+own inputs, outputs and workspace, and the second kind where the producer cannot re-run) does
+not fit under the limit, the state is a dead end (Lemma 6); if the second kind does not fit,
+the bytes that must be dropped are re-made by re-runs of their producers, at least one and at
+least the overflow times the least cost per byte, added to ``h`` (Lemma 7). Both only apply
+to states after their frees; ``prune_held=False`` turns them off.
+
 Branch and bound (proofs/remat_treedp.md, Lemma 5): given an incumbent plan within the limit
 (the registry method ``treedp`` takes the ``heuristic`` method's) only strictly cheaper
 plans are searched for (a successor whose key reaches the incumbent's cost is not pushed),
@@ -78,10 +89,14 @@ recomputed (cost 1):
 Running time
 ------------
 Let ``S`` be the number of states expanded, ``d`` the largest number of positive-size
-tensors an op touches, ``E`` the number of (op, tensor) incidences. Each expansion tries at
-most ``n`` ops and ``2^d`` free subsets each, and settles every successor by one forward and
-one backward pass and the bound, ``O(n + T + E)`` (bit masks of ``T`` bits); so the time is
-``O(S · n · 2^d · (n + T + E) + S log S)`` and the memory ``O(S · (n + T))``. A* expands
+tensors an op touches, ``E`` the number of (op, tensor) incidences, ``Δ`` the most consumers
+of a tensor. Each expansion tries at most ``n`` ops and ``2^d`` free subsets each, and settles
+every successor by one forward and one backward pass and the bound, ``O(n + T + E)``, plus
+Lemmas 6-7, ``O(n · T · Δ)``; so the time is ``O(S · n · 2^d · (n · T · Δ + E) + S log S)``
+after ``O(n² + n · T · Δ)`` preprocessing, and the memory ``O(S · (n + T) + n² + n · T)``.
+The expansion runs compiled (:mod:`memopt.remat._treedp_kernel`, numba through
+:mod:`memopt._jit`; its pure-Python twin on graphs of up to 12 ops); Python keeps the heap
+and the table of states (rows of ``T / 8 + n`` bytes). A* expands
 only states whose key is at most the optimum ``OPT`` (a state is re-expanded only when it is
 reached again with a smaller extra cost, at most once per distinct extra-cost value
 ``<= OPT``). The reachable states are at most
@@ -101,19 +116,16 @@ only parameter. With cap 0 no op is ever open and the live set is forced by the 
 the DP *is* the ideal-lattice DP of the scheduling core: ``S <= #ideals``.
 
 Where it stands (benchmarks/remat_treedp.py, cap 2, limits 0.9 and 0.8 of the proven
-no-recomputation optimum, 10 s per instance, this 2-core machine under load, pure Python;
-details in proofs/remat_treedp.md §4): on random series-parallel graphs of 14 / 20 / 30 ops
-the DP proves most limits the lower bound does not settle, faster than CP-SAT where both
-do. On **60 ops the issue's target (exact in under 10 s) is not met**: half the limits are
-proved infeasible at once by :mod:`memopt.remat.lower_bounds`; of the other six the
-warm-started registry method proves one in 1.4 s (the heuristic's plan meets the cost lower
-bound) and answers three more ``feasible`` with a cost lower bound; without a time limit two
-more are proved in 80-95 s (about 50 000-110 000 states), and three are still open after
-120 s. The blow-up left is the number of (ideal, live set) pairs whose charged re-runs stay
-under the optimum, i.e. ``q`` above, at 600-2 000 states per second: the bound only sees
-re-runs the state already forces; a per-state trap (minimum cut) bound on the memory still
-ahead, converted into cost by a knapsack, was tried and cut the states at most 1.6-fold at
-a higher cost per state (proofs/remat_treedp.md §4).
+no-recomputation optimum, random series-parallel graphs, this 2-core machine shared with
+other jobs; details in proofs/remat_treedp.md §4.3): on **60 ops**, half the limits are
+proved infeasible at once by :mod:`memopt.remat.lower_bounds`; of the other six the registry
+method proves **five** optimal within 10 s (0.6-6.4 s at a load average of about 6; at most
+26 000 states and 4.2 CPU seconds each): the compiled expansion is 4-6x faster per state than the
+former pure-Python one, and Lemmas 6-7 cut the states 2-23x. One of the five (seed 2 at 0.8)
+needs the cost lower bound to reach the optimum within its share of the limit (about 1.4 CPU
+seconds). The sixth (seed 5 at 0.9) is open: no plan is known (CP-SAT finds none in 120 s,
+nor does the heuristic) and the DP expands a million states without a goal; if that limit is
+infeasible, its proof is an exhaustion of the state space, which no bound here shrinks enough.
 
 Registered as the exact method ``treedp`` of :mod:`memopt.remat.registry` (:func:`treedp_method`).
 """
@@ -122,8 +134,12 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import time
+from fractions import Fraction
 from typing import NamedTuple
+
+import numpy as np
 
 from memopt.core.tensor_graph import TensorGraph
 from memopt.errors import OptionError, require
@@ -157,184 +173,196 @@ class TreeDPResult(NamedTuple):
 
 
 class _Instance:
-    """Flat arrays of a tensor graph (ints, masks) for the search."""
+    """Flat arrays of a tensor graph for the search and its compiled expansion step
+    (:mod:`memopt.remat._treedp_kernel`): CSR incidence lists, per-tensor and per-op flags,
+    costs scaled to integers."""
 
-    def __init__(self, graph: TensorGraph, cap):
+    def __init__(self, graph: TensorGraph, cap, prune_held: bool = True):
         caps = resolve_caps(graph, cap)
         n, T = graph.num_ops, graph.num_tensors
         self.n, self.T = n, T
-        self.limit = [_UNLIMITED if caps is None else caps[v] + 1 for v in range(n)]
-        self.size = [int(s) for s in graph.tensor_size]
-        self.resident = [bool(r) for r in graph.tensor_resident]
-        self.output = [bool(o) for o in graph.tensor_output]
-        self.producer = [int(p) for p in graph.tensor_producer]
-        self.ins = [[int(t) for t in graph.inputs_of(v)] for v in range(n)]
-        self.outs = [[int(t) for t in graph.outputs_of(v)] for v in range(n)]
-        self.cons = [[int(u) for u in graph.consumers_of(t)] for t in range(T)]
-        self.need = [sum(1 << t for t in self.ins[v] if not self.resident[t]) for v in range(n)]
-        self.pos_out = [sum(1 << t for t in self.outs[v] if self.size[t] > 0) for v in range(n)]
-        self.zero_out = [[t for t in self.outs[v] if self.size[t] == 0] for v in range(n)]
-        self.out_mask = [sum(1 << t for t in self.outs[v]) for v in range(n)]
-        self.run_mem = [graph.resident_bytes + sum(self.size[t] for t in self.outs[v]) + int(graph.op_workspace[v])
-                        for v in range(n)]
-        self.cost = exact_costs(graph)
-        self.touch = [sorted({t for t in self.ins[v] + self.outs[v] if self.size[t] > 0 and not self.resident[t]})
-                      for v in range(n)]
-        self.topo = [int(v) for v in graph.topological_order()]
-        self.inputs = [t for t in range(T) if self.producer[t] < 0 and not self.resident[t]]
+        size = [int(s) for s in graph.tensor_size]
+        resident = [bool(r) for r in graph.tensor_resident]
+        output = [bool(o) for o in graph.tensor_output]
+        ins = [sorted({int(t) for t in graph.inputs_of(v)}) for v in range(n)]
+        outs = [sorted({int(t) for t in graph.outputs_of(v)}) for v in range(n)]
+        cons = [sorted({int(u) for u in graph.consumers_of(t)}) for t in range(T)]
+        self.size, self.outs = size, outs
+        self.zero_out = [[t for t in outs[v] if size[t] == 0] for v in range(n)]
+        self.inputs = [t for t in range(T) if graph.tensor_producer[t] < 0 and not resident[t]]
         self.const = graph.resident_bytes
-        self.goal = sum(1 << t for t in range(T) if self.output[t] and not self.resident[t])
-        self.memo: dict = {}
-        self.resident_mask = sum(1 << t for t in range(T) if self.resident[t])
-        self.in_all = [sum(1 << t for t in self.ins[v]) for v in range(n)]
-        self.op_bit = [1 << v for v in range(n)]
-        self.cons_mask = [sum(1 << u for u in self.cons[t]) for t in range(T)]
-        self.outcons = [0] * n
-        self.makes_output = [False] * n
-        for v in range(n):
-            for t in self.outs[v]:
-                self.outcons[v] |= self.cons_mask[t]
-                self.makes_output[v] = self.makes_output[v] or self.output[t]
-        self.output_mask = sum(1 << t for t in range(T) if self.output[t])
-        # positive-size, non-output, non-resident: the tensors a normal-form plan frees right
-        # after their last read (C5), so that keeping one announces a later read
-        self.keepable_mask = sum(1 << t for t in range(T)
-                                 if self.size[t] > 0 and not self.output[t] and not self.resident[t])
+        touch = [sorted({t for t in ins[v] + outs[v] if size[t] > 0 and not resident[t]}) for v in range(n)]
+        # counts past 254 (caps above 253, or none) need 4 bytes per op in a state row
+        limit = [_UNLIMITED if caps is None else caps[v] + 1 for v in range(n)]
+        self.cw = 1 if max(limit, default=1) <= 254 else 4
+        limit = [min(x, (1 << 31) - 2) for x in limit]
+        self.lb = (T + 7) // 8
+        self.row_len = self.lb + self.cw * n
+        self.goal = sum(1 << t for t in range(T) if output[t] and not resident[t])
+        # exact costs as integers in units of 1/D (D = lcm of the denominators); when they do
+        # not fit in int64 the kernel returns the bound's op set and Python sums exact costs
+        self.cost = exact_costs(graph)
+        D = 1
+        for c in self.cost:
+            if isinstance(c, Fraction):
+                D = D * c.denominator // math.gcd(D, c.denominator)
+        scaled = [int(c * D) for c in self.cost]
+        self.scaled = sum(scaled) < (1 << 40)
+        self.D = D if self.scaled else 1
 
-    def live_bytes(self, mask: int) -> int:
-        total, size = 0, self.size
-        while mask:
-            low = mask & -mask
-            total += size[low.bit_length() - 1]
-            mask ^= low
-        return total
+        def csr(lists):
+            ptr = np.zeros(len(lists) + 1, dtype=np.int64)
+            ptr[1:] = np.cumsum([len(x) for x in lists])
+            idx = np.array([x for xs in lists for x in xs], dtype=np.int64)
+            return ptr, idx
 
-    def analyse(self, live: int, count: list[int]):
-        """``(potential tensor mask, useful op flags, dead)`` of a state (proofs/remat_treedp.md
-        §2), with bit masks: one forward pass (availability) and one backward pass
-        (usefulness) over the ops, then the potential flag of the live tensors only."""
-        limit, in_all, out_mask = self.limit, self.in_all, self.out_mask
-        avail = live | self.resident_mask
-        avail_op = [False] * self.n
-        for v in self.topo:
-            if count[v] == CLOSED:
-                continue  # makes nothing available and is never useful: skip both passes
-            need = in_all[v]
-            if avail & need == need:
-                avail_op[v] = True
-                k = count[v]
-                if k == 0 or (k != CLOSED and k < limit[v]):
-                    avail |= out_mask[v]
-            elif count[v] == 0:
-                return 0, None, True  # an op that must still run cannot
-        if self.goal & ~avail:
-            return 0, None, True  # a graph output cannot be live at the end
-        useful = [False] * self.n
-        active = 0  # ops that have not run or are useful, as a bit mask over ops
-        pos_out, outcons, makes_output, bit = self.pos_out, self.outcons, self.makes_output, self.op_bit
-        for u in reversed(self.topo):
-            k = count[u]
-            if k == 0:
-                active |= bit[u]
-            elif (k > 0 and k < limit[u] and pos_out[u] and avail_op[u]
-                  and (makes_output[u] or outcons[u] & active)):
-                useful[u] = True
-                active |= bit[u]
-        mask, m = 0, live
-        cons_mask, output = self.cons_mask, self.output
-        while m:
-            low = m & -m
-            t = low.bit_length() - 1
-            if output[t] or cons_mask[t] & active:
-                mask |= low
-            m ^= low
-        return mask, useful, False
+        def flags(xs):
+            return np.array(xs, dtype=np.uint8)
 
-    def settle(self, live: int, count: list[int]):
-        """Close ops that cannot usefully run again and free non-potential tensors:
-        ``(live, count tuple, freed tensors)`` or ``None`` for a dead end (memoised: many
-        paths reach the same state)."""
-        key = (live, tuple(count))
-        hit = self.memo.get(key, self)
-        if hit is not self:
-            return hit
-        out = self._settle(live, count)
-        if len(self.memo) < 4_000_000:
-            self.memo[key] = out
-        return out
+        in_ptr, in_idx = csr(ins)
+        out_ptr, out_idx = csr(outs)
+        cons_ptr, cons_idx = csr(cons)
+        touch_ptr, touch_idx = csr(touch)
+        run_mem = [self.const + sum(size[t] for t in outs[v]) + int(graph.op_workspace[v]) for v in range(n)]
+        # Lemma 6: the memory of an op's first run without anything held across it, and the
+        # strict-descendant relation (all zero: the rule is off)
+        first_mem = [run_mem[v] + sum(size[t] for t in ins[v] if not resident[t]) for v in range(n)]
+        desc = np.zeros((n, n), dtype=np.uint8)
+        across: list[list[int]] = [[] for _ in range(n)]
+        if prune_held:
+            below = [0] * n
+            succ = [sorted({w for t in outs[v] for w in cons[t]}) for v in range(n)]
+            for v in reversed([int(u) for u in graph.topological_order()]):
+                for w in succ[v]:
+                    below[v] |= below[w] | (1 << w)
+                desc[v] = [(below[v] >> w) & 1 for w in range(n)]
+            # Lemma 7: tensors made by a strict ancestor of v and read only by strict
+            # descendants of v (held across v's first run, or re-made after it)
+            for y in range(T):
+                p = int(graph.tensor_producer[y])
+                if p < 0 or size[y] == 0 or output[y] or resident[y] or not cons[y]:
+                    continue
+                for v in range(n):
+                    if below[p] >> v & 1 and all(below[v] >> w & 1 for w in cons[y]):
+                        across[v].append(y)
+        self.arrays = (
+            n, T, self.lb, self.cw, np.array([int(v) for v in graph.topological_order()], dtype=np.int64),
+            in_ptr, in_idx, out_ptr, out_idx, cons_ptr, cons_idx,
+            np.array([int(p) for p in graph.tensor_producer], dtype=np.int64), np.array(size, dtype=np.int64),
+            flags(resident), flags(output),
+            # positive-size, non-output, non-resident: the tensors a normal-form plan frees right
+            # after their last read (C5), so that keeping one announces a later read
+            flags([size[t] > 0 and not output[t] and not resident[t] for t in range(T)]),
+            flags([output[t] and not resident[t] for t in range(T)]),
+            np.array(limit, dtype=np.int64),
+            flags([any(size[t] > 0 for t in outs[v]) for v in range(n)]),
+            flags([any(output[t] for t in outs[v]) for v in range(n)]),
+            np.array(scaled if self.scaled else [1] * n, dtype=np.int64),
+            np.array(run_mem, dtype=np.int64), touch_ptr, touch_idx, not self.scaled,
+            np.array(first_mem, dtype=np.int64), desc, *csr(across))
+        # at most 2^|touch(v)| successors per op and state (the free subsets)
+        cap_succ = sum(1 << len(x) for x in touch)
+        require_size = cap_succ * max(self.row_len, n)
+        if require_size > 1 << 30:
+            worst = max(range(n), key=lambda v: len(touch[v]))
+            raise OptionError(f"op {graph.op_names[worst]!r} touches {len(touch[worst])} tensors: the DP would "
+                              f"try 2^{len(touch[worst])} free subsets per state; use another method")
+        def i64(k):
+            return np.zeros(k, dtype=np.int64)
 
-    def _settle(self, live: int, count: list[int]):
-        pot, useful, dead = self.analyse(live, count)
+        def u8(k):
+            return np.zeros(k, dtype=np.uint8)
+
+        self.work = (u8(T), i64(n), u8(T), i64(n), u8(T), i64(n),  # live0/count0, live1/count1, live2/count2
+                     u8(T), u8(n), u8(n), u8(n), u8(T), u8(T), u8(n), i64(T + len(in_idx) + 1),
+                     i64(T + 1 + max((len(x) for x in touch), default=0)))
+        self.out = (np.zeros((cap_succ, self.row_len), dtype=np.uint8), i64(cap_succ), i64(cap_succ),
+                    i64(cap_succ), i64(cap_succ), np.zeros((cap_succ if not self.scaled else 1, n), dtype=np.uint8))
+        from memopt import _jit
+        from memopt.remat import _treedp_kernel as K
+
+        self.expand = _jit.Adaptive(K.expand, size=n)
+        self.settle_fn = _jit.choose(K.settle, n)
+        self.kernel = K
+
+    def exact(self, c):
+        """A cost in kernel units back to the exact number."""
+        return c if self.D == 1 else Fraction(c, self.D)
+
+    def row(self, live: int, count) -> bytes:
+        """The state row of a live mask and run counts (CLOSED = -1)."""
+        row = np.zeros(self.row_len, dtype=np.uint8)
+        self._pack(live, count, row)
+        return row.tobytes()
+
+    def _pack(self, live, count, row):
+        n, T = self.n, self.T
+        lv = np.array([(live >> t) & 1 for t in range(T)], dtype=np.uint8)
+        self.kernel.pack.py_func(lv, np.array(count, dtype=np.int64), n, T, self.lb, self.cw, row)
+
+    def live_of(self, row: bytes) -> int:
+        """The live mask of a state row."""
+        return int.from_bytes(row[:self.lb], "little")
+
+    def is_goal(self, row: bytes) -> bool:
+        """Every op ran and every graph output is live."""
+        if (self.live_of(row) & self.goal) != self.goal:
+            return False
+        counts = np.frombuffer(row, dtype=np.uint8 if self.cw == 1 else "<u4", offset=self.lb)
+        return not (counts == 0).any()
+
+    def settle_start(self, live: int, memory_limit: int):
+        """Settle the start state (no op run): ``(row, live mask, h)`` or ``None`` (dead end)."""
+        lv = np.array([(live >> t) & 1 for t in range(self.T)], dtype=np.uint8)
+        count = np.zeros(self.n, dtype=np.int64)
+        dead, h = self._settle(lv, count, memory_limit)
         if dead:
             return None
-        for u in range(self.n):
-            if count[u] > 0 and not useful[u]:
-                count[u] = CLOSED
-        drop = live & ~pot
-        freed = []
-        m = drop
-        while m:
-            low = m & -m
-            freed.append(low.bit_length() - 1)
-            m ^= low
-        live &= ~drop
-        return live, tuple(count), freed, self.rerun_bound(live, count)
+        row = np.zeros(self.row_len, dtype=np.uint8)
+        self.kernel.pack.py_func(lv, count, self.n, self.T, self.lb, self.cw, row)
+        return row.tobytes(), sum(1 << t for t in range(self.T) if lv[t]), h
+
+    def _settle(self, lv, count, memory_limit):
+        a = self.arrays
+        fset = np.zeros(self.n, dtype=np.uint8)
+        w = self.work
+        dead, h = self.settle_fn(lv, count, a[0], a[1], a[4], *a[5:21], memory_limit, *a[25:29], True, *w[6:14],
+                                 a[24], fset)
+        if not dead and not self.scaled:
+            h = sum((self.cost[u] for u in range(self.n) if fset[u]), 0)
+        return bool(dead), h
 
     def rerun_bound(self, live: int, count) -> object:
-        """A lower bound on the extra cost still to pay from a settled state
-        (proofs/remat_treedp.md, Lemma 4): the total cost of a set ``F`` of ops each of which
-        must run again in every normal-form completion. Seeds: the producer of a tensor that
-        is not live but still needed (a graph output, or read by an op that has not run); the
-        one consumer that can still re-run of a live tensor that nobody still to run reads
-        and that is not a graph output (a normal-form plan reads it again). Closure: an op of
-        ``F`` re-runs, so the producers of its inputs that are not live re-run too."""
-        n, limit, in_all, out_mask, producer = self.n, self.limit, self.in_all, self.out_mask, self.producer
-        unrun_reads = 0  # tensors read by an op that has not run yet
-        ran_outs = 0  # tensors made by an op that has run
-        rerunnable = 0  # ops that ran and may still run again
-        for v in range(n):
-            k = count[v]
-            if k == 0:
-                unrun_reads |= in_all[v]
-            else:
-                ran_outs |= out_mask[v]
-                if k != CLOSED and k < limit[v]:
-                    rerunnable |= 1 << v
-        avail = live | self.resident_mask
-        stack = []
-        missing = ran_outs & ~avail & (self.output_mask | unrun_reads)
-        while missing:
-            low = missing & -missing
-            stack.append(producer[low.bit_length() - 1])
-            missing ^= low
-        kept = live & self.keepable_mask & ~unrun_reads
-        cons_mask = self.cons_mask
-        while kept:
-            low = kept & -kept
-            kept ^= low
-            cand = cons_mask[low.bit_length() - 1] & rerunnable
-            if cand and cand & (cand - 1) == 0:
-                stack.append(cand.bit_length() - 1)
-        seen, bound, cost = 0, 0, self.cost
-        while stack:
-            u = stack.pop()
-            if seen >> u & 1:
-                continue
-            seen |= 1 << u
-            bound += cost[u]
-            gone = in_all[u] & ~avail
-            while gone:
-                low = gone & -gone
-                gone ^= low
-                p = producer[low.bit_length() - 1]
-                if p >= 0:
-                    stack.append(p)
-        return bound
+        """The bound of Lemma 4 (proofs/remat_treedp.md) of a settled state, exact: the total
+        cost of a set ``F`` of ops each of which must run again in every normal-form
+        completion (computed by the kernel's ``_rerun_bound``; for tests and inspection)."""
+        a, w = self.arrays, self.work
+        lv = np.array([(live >> t) & 1 for t in range(self.T)], dtype=np.uint8)
+        fset = np.zeros(self.n, dtype=np.uint8)
+        self.kernel._rerun_bound.py_func(lv, np.array(count, dtype=np.int64), a[0], a[1], *a[5:12], a[13], a[14],
+                                         a[15], a[17], a[20], w[10], w[11], w[12], w[13], True, fset)
+        return sum((self.cost[u] for u in range(self.n) if fset[u]), 0)
+
+    def successors(self, row: bytes, memory_limit: int):
+        """The successors of a state: ``(rows, re-run costs, bounds, ops, live bytes)``, the
+        rows as one ``bytes`` of ``row_len`` per successor, the rest as lists (kernel units;
+        exact values when the costs are not scaled)."""
+        out = self.out
+        k = self.expand(np.frombuffer(row, dtype=np.uint8), memory_limit, *self.arrays, *self.work, *out)
+        rows = out[0][:k].tobytes()
+        if self.scaled:
+            return rows, out[1][:k].tolist(), out[2][:k].tolist(), out[3][:k].tolist(), out[4][:k].tolist()
+        cost = self.cost
+        ops = out[3][:k].tolist()
+        dc = [cost[ops[i]] if out[1][i] else 0 for i in range(k)]
+        hs = [sum((cost[u] for u in range(self.n) if out[5][i][u]), 0) for i in range(k)]
+        return rows, dc, hs, ops, out[4][:k].tolist()
 
 
 def min_extra_cost(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit: float | None = None,
                    max_states: int | None = None, verify: bool = True, use_bound: bool = True,
-                   use_astar: bool = True, incumbent: RematPlan | None = None, cost_lower=0) -> TreeDPResult:
+                   use_astar: bool = True, incumbent: RematPlan | None = None, cost_lower=0,
+                   prune_held: bool = True) -> TreeDPResult:
     """The least extra cost of a plan with peak ``<= memory_limit`` within the caps.
 
     Returns a :class:`TreeDPResult`; ``status == "optimal"`` with a plan that passed the
@@ -357,7 +385,7 @@ def min_extra_cost(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit: 
     """
     if isinstance(memory_limit, bool) or not isinstance(memory_limit, int):
         raise OptionError(f"memory limit must be an integer number of bytes, got {memory_limit!r}")
-    inst = _Instance(graph, cap)
+    inst = _Instance(graph, cap, prune_held)
     if use_bound:
         from memopt.remat.lower_bounds import peak_lower_bound
         if peak_lower_bound(graph, cap, trap=False) > memory_limit:
@@ -370,15 +398,19 @@ def min_extra_cost(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit: 
             upper, inc = ev.extra_cost, (incumbent, ev)
             if upper <= cost_lower:
                 return _finish(graph, cap, incumbent, upper, memory_limit, 0, verify)
-    n = inst.n
     start_live = sum(1 << t for t in inst.inputs)
-    if inst.const + inst.live_bytes(start_live) > memory_limit:
+    if inst.const + sum(inst.size[t] for t in inst.inputs) > memory_limit:
         return TreeDPResult("infeasible", None, None, None, 0)
-    first = inst.settle(start_live, [0] * n)
+    first = inst.settle_start(start_live, memory_limit)
     if first is None:
         return TreeDPResult("infeasible", None, None, None, 0)
-    live0, count0, start_free, h0 = first
-    start = (live0, count0)
+    start, live0, h0 = first
+    start_free = [t for t in inst.inputs if not live0 >> t & 1]
+    # costs in kernel units (exact integers: 1/D of a cost unit; see _Instance)
+    D = inst.D
+    if upper is not None:
+        upper = upper * D
+    floor = (math.ceil(cost_lower * D) if inst.scaled else cost_lower) if use_astar else 0
     best = {start: 0}
     parent: dict = {start: None}
     tie = itertools.count()
@@ -386,29 +418,33 @@ def min_extra_cost(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit: 
     # lower bound on the answer (Lemma 5)); ties on the key go to the state with more runs
     # behind it (deeper, closer to a goal): with many states at key OPT this finds the goal
     # without sweeping the whole layer
-    floor = cost_lower if use_astar else 0
     heap = [(max(h0, floor) if use_astar else 0, 0, (0, next(tie)), 0, start)]
     expanded = 0
     while heap:
         _, depth, _, c, state = heapq.heappop(heap)
         if best[state] != c:
             continue
-        live, count = state
-        if 0 not in count and (live & inst.goal) == inst.goal:
-            plan = _rebuild(parent, state, start_free)
-            return _finish(graph, cap, plan, c, memory_limit, expanded, verify)
+        if inst.is_goal(state):
+            plan = _rebuild(inst, parent, state, start_free)
+            return _finish(graph, cap, plan, inst.exact(c), memory_limit, expanded, verify)
         expanded += 1
         if (max_states is not None and expanded > max_states) or \
                 (deadline is not None and expanded % 64 == 0 and time.perf_counter() > deadline):
             return _stopped(inc, expanded)
-        for nstate, nc, h2, move in _moves(inst, state, c, memory_limit):
+        rows, dcost, hs, ops, nbytes = inst.successors(state, memory_limit)
+        width = inst.row_len
+        for i, h2 in enumerate(hs):
+            nc = c + dcost[i]
+            if upper is not None and nc + h2 >= upper:
+                continue
+            nstate = rows[i * width:(i + 1) * width]
             old = best.get(nstate)
-            if (old is None or nc < old) and (upper is None or nc + h2 < upper):
+            if old is None or nc < old:
                 best[nstate] = nc
-                parent[nstate] = (state,) + move
+                parent[nstate] = (state, ops[i])
                 key = max(nc + h2, floor) if use_astar else nc
                 # ties: more runs behind (closer to a goal), then fewer live bytes (more room)
-                heapq.heappush(heap, (key, depth - 1, (inst.live_bytes(nstate[0]), next(tie)), nc, nstate))
+                heapq.heappush(heap, (key, depth - 1, (nbytes[i], next(tie)), nc, nstate))
     if inc is not None:
         # no plan cheaper than the incumbent exists (Lemma 5): it is optimal
         plan, ev = inc
@@ -424,53 +460,18 @@ def _stopped(inc, expanded) -> TreeDPResult:
     return TreeDPResult("time_limit", ev.extra_cost, ev.peak, plan, expanded)
 
 
-def _moves(inst: _Instance, state, c, memory_limit: int):
-    """The moves of the DP from ``state`` reached at extra cost ``c`` (proofs/remat_treedp.md
-    §2): ``(next state, its extra cost, its bound h, (op, size-0 frees before, frees after))``."""
-    live, count = state
-    limit, need, pos_out, out_mask, run_mem = inst.limit, inst.need, inst.pos_out, inst.out_mask, inst.run_mem
-    zero_out, cost, touch = inst.zero_out, inst.cost, inst.touch
-    base = inst.live_bytes(live)
-    for v in range(inst.n):
-        k = count[v]
-        if k == CLOSED or k >= limit[v]:
-            continue
-        if live & need[v] != need[v] or live & pos_out[v]:
-            continue
-        if base + run_mem[v] > memory_limit:
-            continue
-        pre = [t for t in zero_out[v] if live >> t & 1]
-        after = live | out_mask[v]
-        ncount = list(count)
-        ncount[v] = k + 1
-        settled = inst.settle(after, ncount)
-        if settled is None:
-            continue
-        nlive, ncount_t, auto, h1 = settled
-        nc = c + cost[v] if k else c
-        optional = [t for t in touch[v] if nlive >> t & 1]
-        for r in range(len(optional) + 1):
-            for drop in itertools.combinations(optional, r):
-                dmask = sum(1 << t for t in drop)
-                if k and pos_out[v] and ((after & ~nlive) | dmask) & pos_out[v] == pos_out[v]:
-                    continue  # a re-run whose outputs all go at once is useless (rule 4)
-                flive = nlive & ~dmask
-                if drop:
-                    # an explicit free can make more tensors useless or the state dead
-                    again = inst.settle(flive, list(ncount_t))
-                    if again is None:
-                        continue
-                    flive, fcount, more, h2 = again
-                else:
-                    fcount, more, h2 = ncount_t, [], h1
-                yield (flive, fcount), nc, h2, (v, pre, list(auto) + list(drop) + list(more))
-
-
-def _rebuild(parent, state, start_free) -> RematPlan:
+def _rebuild(inst: _Instance, parent, state, start_free) -> RematPlan:
+    """The plan along the parent pointers. A move ``prev -> state`` by op ``v`` is: free the
+    size-0 outputs of ``v`` still live, run ``v``, free whatever of ``prev``'s live set and
+    ``v``'s outputs is not live in ``state`` (proofs/remat_treedp.md §2)."""
     moves = []
     while parent[state] is not None:
-        prev, v, pre, drop = parent[state]
-        moves.append((v, pre, drop))
+        prev, v = parent[state]
+        before, after = inst.live_of(prev), inst.live_of(state)
+        pre = [t for t in inst.zero_out[v] if before >> t & 1]
+        made = before | sum(1 << t for t in inst.outs[v])
+        drop = made & ~after
+        moves.append((v, pre, [t for t in range(inst.T) if drop >> t & 1]))
         state = prev
     steps = [(FREE, t) for t in start_free]
     for v, pre, drop in reversed(moves):
@@ -539,7 +540,7 @@ def min_peak(graph: TensorGraph, cost_budget, cap=1, *, time_limit: float | None
 
 
 def treedp_method(problem, *, question: str, memory_limit=None, cost_budget=None, cap=1, time_limit: float = 10.0,
-                  incumbent=None, seed: int = 0, warm_start: float = 0.2):
+                  incumbent=None, seed: int = 0, warm_start: float = 0.3):
     """Registry method ``treedp`` (see :mod:`memopt.remat.registry`): :func:`min_extra_cost` or
     :func:`min_peak`, with the common start and finish of every recomputation method (the
     footprint bound, the incumbent, exact re-evaluation of the plan).
@@ -566,13 +567,15 @@ def treedp_method(problem, *, question: str, memory_limit=None, cost_budget=None
         lower = 0
         plan = st.incumbent
         if share > 0:
-            cb = cost_lower_bound(p.graph, st.memory_limit, caps, time_limit=share / 2)
+            # two thirds to the bound (it stops as soon as it is done; a tight bound is what
+            # settles an A* layer), one third to the heuristic's incumbent
+            cb = cost_lower_bound(p.graph, st.memory_limit, caps, time_limit=2 * share / 3)
             if cb.infeasible:
                 return finish_result(p, st, None, ("infeasible",), "treedp", t0, {"proof": "cost lower bound"})
             lower = cb.value
             if plan is None:
                 h = get_method("heuristic").load()(p.graph, question="min_cost", memory_limit=st.memory_limit,
-                                                  cap=caps, time_limit=share / 2)
+                                                  cap=caps, time_limit=share / 3)
                 if h.plan is not None and h.peak is not None and h.peak <= st.memory_limit:
                     plan = h.plan
             stats["warm_start"] = {"cost_lower_bound": str(lower),
