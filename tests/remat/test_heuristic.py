@@ -11,7 +11,9 @@ for ``min_peak`` the plan stays within the budget and never peaks above the star
 *not* claimed to find a plan whenever one exists: on these small graphs (seeds 0-299, caps 1
 and 2, limits 0.9/0.8/0.7 of the optimal order's peak) it found a plan in 121 of the 133
 feasible cases and an optimal one in 94; the misses need a different order, not only
-inserted re-runs."""
+inserted re-runs. Also: the direct per-run profile of a run sequence equals the evaluator's
+on its plan; the extra starting orders are orders of the graph; with the search on, the
+answer never costs more than the greedy's from the given order alone."""
 
 from __future__ import annotations
 
@@ -217,3 +219,76 @@ def test_lns_lowers_the_cost_on_random_layered_n250():
                                                  patience=30)
     assert check_plan(g, plan, 2) == (pk, cost) and pk <= limit
     assert Fraction(cost) < Fraction(greedy.extra_cost), stats
+
+
+# ---------------------------------------------------------------------------- fast profile
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 10**6), st.integers(0, 2))
+def test_the_direct_profile_equals_the_evaluated_plan(seed, cap):
+    """``_profile`` (memory of each run computed without building the plan) gives the peak,
+    extra cost and per-run memory of evaluating ``plan_from_runs`` step by step."""
+    from memopt.core.remat import RUN, evaluate_steps
+    from memopt.remat.heuristic import _profile
+
+    g = small_graph(seed)
+    p = RematProblem.of(g, cap)
+    rng = np.random.default_rng(seed)
+    runs = g.topological_order().tolist()
+    for _ in range(int(rng.integers(0, 2 * g.num_ops + 1))):
+        v = int(rng.integers(g.num_ops))
+        if runs.count(v) <= cap:
+            runs.insert(int(rng.integers(runs.index(v) + 1, len(runs) + 1)), v)  # after its first run
+    plan = plan_from_runs(p, runs)
+    ev = evaluate_steps(g, plan.kind, plan.index, list(p.caps))
+    _, pk, cost, prof = _profile(p, runs)
+    assert (pk, Fraction(cost)) == (ev.peak, Fraction(ev.extra_cost))
+    assert prof == ev.profile[1:][plan.kind == RUN].tolist()
+
+
+def test_lns_searches_more_than_one_order_and_keeps_the_cheapest_plan():
+    """With the search on, ``min_cost`` greedy results from several orders are searched; the
+    answer is never dearer than the greedy answer from the given order alone."""
+    g = _late_reuse_chain()
+    p = RematProblem.of(g, 1)
+    order, start = brute_force_schedule(g)
+    limit = start - 1
+    alone = heuristic_method(g, question="min_cost", memory_limit=limit, cap=1, time_limit=5,
+                             incumbent=plan_from_runs(p, order), lns=False)
+    both = heuristic_method(g, question="min_cost", memory_limit=limit, cap=1, time_limit=5,
+                            incumbent=plan_from_runs(p, order))
+    assert alone.status in ("optimal", "feasible") and both.status in ("optimal", "feasible")
+    assert Fraction(both.extra_cost) <= Fraction(alone.extra_cost)
+    assert _checked(g, both, 1)[0] <= limit
+    assert both.stats["orders"] >= 1 and both.stats["starts"]
+
+
+def _late_reuse_chain():
+    """Two cheap values read early and again at the end, with a wide middle: re-running one
+    of them lowers the peak."""
+    from memopt.core import Op, Tensor, TensorGraph
+
+    return TensorGraph.build(
+        [Tensor("a", 10), Tensor("b", 12), Tensor("m1", 20), Tensor("m2", 20), Tensor("m3", 20),
+         Tensor("z", 1, output=True)],
+        [Op("fa", (), ("a",), cost=1), Op("fb", (), ("b",), cost=2), Op("g1", ("a", "b"), ("m1",), cost=5),
+         Op("g2", ("m1",), ("m2",), cost=5), Op("g3", ("m2",), ("m3",), cost=5),
+         Op("fz", ("a", "b", "m3"), ("z",), cost=5)])
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 10**6), st.integers(1, 2))
+def test_relaxed_orders_are_orders_of_the_graph(seed, cap):
+    """The extra starts of the search: an order of every op (a valid no-recomputation run
+    sequence) per relaxed graph of the re-run ops, none for a sequence without re-runs."""
+    from memopt.remat.heuristic import _relaxed_orders
+
+    g = small_graph(seed)
+    p = RematProblem.of(g, cap)
+    order = g.topological_order().tolist()
+    assert _relaxed_orders(p, order, float("inf")) == []
+    runs = order + [order[0]]
+    got = _relaxed_orders(p, runs, float("inf"))
+    assert len(got) == 2
+    for o in got:
+        assert sorted(o) == list(range(g.num_ops))
+        assert check_plan(g, plan_from_runs(p, o), 0)[1] == 0

@@ -72,6 +72,14 @@ __all__ = ["solve_cpsat", "cpsat_method"]
 MAX_SIZE = 2_000_000
 #: seconds for one oracle call of the decomposition (a model with small caps)
 CHECK_SECONDS = 3.0
+#: the decomposition's check of the master's own cap vector may take this share of the time
+#: left (at least ``CHECK_SECONDS``): its answer decides the round, while a growth check that
+#: cannot answer only weakens the no-good (random_layered_n100 at 0.9: 4.4 s to prove that
+#: re-running op 68 alone does not fit)
+MAIN_CHECK_SHARE = 0.25
+#: the share of the decomposition's time kept for the master after the last no-good (growing
+#: stops there): a no-good the master never sees raises no bound
+MASTER_RESERVE = 0.1
 #: single re-runs tried to grow each no-good after the binary search
 GROW_TRIES = 8
 #: seconds for one relaxed oracle call of the decomposition (the other ops' outputs weigh 0)
@@ -464,7 +472,9 @@ def _decompose(full: RematProblem, early, cb, deadline: float, seed: int, num_wo
             out[v] = k
         return out
 
-    def feasible(y) -> bool | None:
+    grow_until = deadline - MASTER_RESERVE * max(0.0, deadline - time.perf_counter())
+
+    def feasible(y, seconds: float = CHECK_SECONDS) -> bool | None:
         """True (a plan, now a candidate incumbent), False (proved infeasible), None (unknown)."""
         nonlocal checks
         checks += 1
@@ -475,7 +485,7 @@ def _decompose(full: RematProblem, early, cb, deadline: float, seed: int, num_wo
         left = deadline - time.perf_counter()
         if left <= 0.05:
             return None
-        return _try_caps(full, early, caps_of(y), min(left, CHECK_SECONDS), seed, num_workers, True)
+        return _try_caps(full, early, caps_of(y), min(left, seconds), seed, num_workers, True)
 
     def relaxed_infeasible(kept: dict) -> bool:
         """Proved that no plan within the limit re-runs each op ``v`` of ``kept`` at most
@@ -537,14 +547,14 @@ def _decompose(full: RematProblem, early, cb, deadline: float, seed: int, num_wo
             # time, cheapest first, while the relaxed model stays infeasible
             top = reduced_caps(full, early.incumbent_cost) if early.incumbent is not None else list(full.caps)
             for _, v in sorted((Fraction(costs[v]), v) for v in kept)[:GROW_TRIES]:
-                if kept[v] < top[v] and time.perf_counter() < deadline:
+                if kept[v] < top[v] and time.perf_counter() < grow_until:
                     trial = {**kept, v: kept[v] + 1}
                     if relaxed_infeasible(trial):
                         kept = trial
             nogoods.append({v: kept.get(v, full.caps[v]) for v in pos})
             relaxed += 1
             continue
-        ok = feasible(y)
+        ok = feasible(y, max(CHECK_SECONDS, MAIN_CHECK_SHARE * (grow_until - time.perf_counter())))
         if ok:
             continue  # a plan of cost <= the bound: optimal (checked at the loop's top)
         if ok is None:
@@ -559,13 +569,13 @@ def _decompose(full: RematProblem, early, cb, deadline: float, seed: int, num_wo
             return Y
         # galloping (1, 2, 4, ... cheapest units at once) keeps the early, easy checks small
         lo, step = 0, 1
-        while lo + step <= len(units) and time.perf_counter() < deadline:
+        while lo + step <= len(units) and time.perf_counter() < grow_until:
             if feasible(raised(lo + step)) is not False:
                 break
             lo, step = lo + step, 2 * step
         Y = raised(lo)
         for _, v, j in units[lo: lo + GROW_TRIES]:
-            if time.perf_counter() >= deadline:
+            if time.perf_counter() >= grow_until:
                 break
             if Y[v] == j - 1:
                 trial = dict(Y)

@@ -48,6 +48,18 @@ one), else by the greedy above with the removed ops tabu and a random one of its
 keep a cheaper result, and sometimes a slightly dearer one (a fixed-temperature annealing
 step), until the deadline or :data:`LNS_PATIENCE` ruins without a new best.
 
+The search runs from several starts (:func:`_multi_start`): on the random layered graphs
+the order the re-runs start from matters more than the search (from sixteen least-peak
+orders of ``random_layered_n250`` the greedy ends at extra costs from 5703 to 8943, the
+search from four of them at 3841 to 7267). So once a plan fits, the greedy also runs from
+the least-peak orders of the relaxed graphs of the ops it re-runs
+(:func:`_relaxed_orders`; on ``random_layered_n500`` these lead to 2962 where the
+scheduler's orders stop near 6900) and from other least-peak orders of the scheduler (other
+seeds), and the search runs on the fitting plans in rounds of successive halving (Jamieson and Talwalkar, "Non-stochastic best arm
+identification and hyperparameter optimization", AISTATS 2016): equal slices of time, the
+cheaper half goes on. Sequences are evaluated without building their plans
+(:func:`_profile`, O(runs + edges)); every plan returned is built and evaluated exactly.
+
 It never returns an invalid plan: the result is re-evaluated (and :func:`memopt.remat`
 checks it independently). It proves nothing beyond the footprint bound
 (:func:`~memopt.remat.model_common.footprint_bound`).
@@ -93,6 +105,16 @@ LNS_PATIENCE = 100
 LNS_PATIENCE_PER_RERUN = 5
 #: the share of the heuristic's time left when the search starts that it may use
 LNS_SHARE = 0.6
+#: the scheduler's time for another starting order: at most this many seconds ...
+SCHEDULE_SECONDS = 10.0
+#: ... and this share of the search time left
+SCHEDULE_SHARE = 0.2
+#: :func:`_multi_start` stops asking for new orders after the scheduler repeats one this often ...
+MAX_REPEATS = 3
+#: ... or once it has this many orders ...
+MAX_ORDERS = 32
+#: ... or used this share of the search time
+ORDERS_SHARE = 0.25
 #: :func:`improve_by_lns` may move to a plan this much (relative) dearer than its best ...
 LNS_SLACK = Fraction(1, 10)
 #: ... with this probability
@@ -100,13 +122,66 @@ LNS_ACCEPT_WORSE = 0.2
 
 
 def _profile(p: RematProblem, runs):
-    """``(plan, peak, cost, memory of each run)`` of a run sequence."""
-    from memopt.core.remat import RUN, evaluate_steps
+    """``(None, peak, extra cost, memory of each run)`` of the plan
+    :func:`~memopt.remat.model_common.plan_from_runs` makes of a run sequence, computed
+    without building it (the search evaluates thousands of sequences; building and
+    evaluating each plan was 80 % of its time on ``random_layered_n500``): each production
+    of a tensor is live before the runs after it up to its last read before the next
+    production, or to the end for the last production of a graph output. The same numbers
+    as :func:`_exact` (tested); caps are not checked here, :func:`_exact` checks them. Raises
+    :class:`ScheduleError` if a run reads a tensor not produced before it."""
+    n_runs = len(runs)
+    size, ins, outs, costs = p.size, p.ins, p.outs, p.costs
+    diff = [0] * (n_runs + 1)
+    made: dict = {}
+    last: dict = {}
+    for t in p.inputs:
+        made[t] = last[t] = -1
+    seen = bytearray(p.n)
+    extra = 0
+    for i, v in enumerate(runs):
+        for t in ins[v]:
+            if t not in made:
+                raise ScheduleError(f"run {i}: op {p.graph.op_names[v]!r} reads {p.graph.tensor_names[t]!r}, "
+                                    "which has not been produced before")
+            last[t] = i
+        for t in outs[v]:
+            m = made.get(t)
+            if m is not None and last[t] > m:
+                diff[m + 1] += size[t]  # live before the runs m + 1 .. last read
+                diff[last[t] + 1] -= size[t]
+            made[t] = last[t] = i
+        if seen[v]:
+            extra += costs[v]
+        seen[v] = 1
+    outputs = set(p.outputs)
+    for t, m in made.items():
+        if t in outputs:
+            diff[m + 1] += size[t]
+        elif last[t] > m:
+            diff[m + 1] += size[t]
+            diff[last[t] + 1] -= size[t]
+    level, prof, off = 0, [], p.resident_bytes
+    ws = p.ws
+    for i, v in enumerate(runs):
+        level += diff[i]
+        prof.append(off + level + sum(size[t] for t in outs[v]) + ws[v])
+    return None, max([p.start] + prof), extra, prof
 
+
+def _exact(p: RematProblem, runs):
+    """``(runs, plan, peak, cost)``: the plan of a run sequence, evaluated by the evaluator
+    (every rule, caps included), which must agree with :func:`_profile`."""
+    from memopt.core.remat import evaluate_steps
+
+    runs = [int(v) for v in runs]
     plan = plan_from_runs(p, runs)
     ev = evaluate_steps(p.graph, plan.kind, plan.index, list(p.caps))
-    prof = ev.profile[1:][plan.kind == RUN].tolist()
-    return plan, ev.peak, ev.extra_cost, prof
+    fast = _profile(p, runs)
+    if (fast[1], Fraction(fast[2])) != (ev.peak, Fraction(ev.extra_cost)):
+        raise InternalError("remat-profile", f"direct profile (peak {fast[1]}, cost {fast[2]}) differs from the "
+                                             f"evaluator's (peak {ev.peak}, cost {ev.extra_cost})")
+    return runs, plan, ev.peak, ev.extra_cost
 
 
 def _score(question, memory_limit, peak, prof):
@@ -287,8 +362,8 @@ def improve_runs(p: RematProblem, runs, question: str, *, memory_limit=None, cos
         for v in chain:
             counts[v] += 1
     if question == "min_cost" and peak <= memory_limit:
-        runs, plan, peak, cost = _drop_unneeded(p, runs, memory_limit, deadline)
-    return runs, plan, peak, cost
+        return _drop_unneeded(p, runs, memory_limit, deadline)
+    return _exact(p, runs)
 
 
 def _drop_unneeded(p: RematProblem, runs, memory_limit, deadline):
@@ -299,18 +374,14 @@ def _drop_unneeded(p: RematProblem, runs, memory_limit, deadline):
         if v in seen:
             rerun_pos.append(i)
         seen.add(v)
-    plan, peak, cost, _ = _profile(p, runs)
     for i in sorted(rerun_pos, key=lambda i: -Fraction(p.costs[runs[i]])):
         if time.perf_counter() >= deadline:
             break
         new = runs[:i] + [-1] + runs[i + 1:]
         trial = [v for v in new if v >= 0]
-        cand = _profile(p, trial)
-        if cand[1] <= memory_limit:
+        if _profile(p, trial)[1] <= memory_limit:
             runs = new
-            plan, peak, cost = cand[0], cand[1], cand[2]
-    runs = [v for v in runs if v >= 0]
-    return runs, plan, peak, cost
+    return _exact(p, [v for v in runs if v >= 0])
 
 
 def _rerun_positions(runs) -> list[int]:
@@ -354,7 +425,7 @@ def reorder_runs(p: RematProblem, runs, memory_limit: int, *, deadline: float, w
         if best is None:
             break
         score, runs, (plan, peak, cost, prof) = best
-    return runs, plan, peak, cost
+    return _exact(p, runs)
 
 
 def improve_by_lns(p: RematProblem, runs, memory_limit: int, *, deadline: float, seed: int = 0,
@@ -371,8 +442,7 @@ def improve_by_lns(p: RematProblem, runs, memory_limit: int, *, deadline: float,
     :data:`LNS_PATIENCE_PER_RERUN`). Returns ``(runs, plan, peak, cost,
     stats)`` of the best plan seen: it never costs more than the given one and always fits."""
     rng = np.random.default_rng(seed)
-    runs = [int(v) for v in runs]
-    plan, peak, cost, _ = _profile(p, runs)
+    runs, plan, peak, cost = _exact(p, runs)
     if peak > memory_limit:
         raise InternalError("remat-lns", f"improve_by_lns needs a plan within the limit; this one peaks at {peak}")
     best = (runs, plan, peak, cost)
@@ -424,6 +494,124 @@ def improve_by_lns(p: RematProblem, runs, memory_limit: int, *, deadline: float,
     return (*best, stats)
 
 
+def _greedy(p: RematProblem, starts, question: str, early, deadline: float):
+    """The best :func:`improve_runs` answer over every start and ranking (equal time shares)."""
+    best = None
+    tries = [(start, strategy) for start in starts for strategy in STRATEGIES]
+    for k, (start, strategy) in enumerate(tries):
+        share = deadline if k == len(tries) - 1 else \
+            time.perf_counter() + (deadline - time.perf_counter()) / (len(tries) - k)
+        got = improve_runs(p, start, question, memory_limit=early.memory_limit,
+                           cost_budget=early.cost_budget, deadline=share, strategy=strategy)
+        if best is None or _rank(question, early.memory_limit, got) < _rank(question, early.memory_limit, best):
+            best = got
+    return best
+
+
+def _multi_start(p: RematProblem, starts, early, seed: int, deadline: float):
+    """``min_cost`` with the search: the greedy on ``starts``; once a plan fits, within
+    :data:`LNS_SHARE` of the time left, (1) the greedy from other orders: those of the
+    relaxed graphs of its re-runs (:func:`_relaxed_orders`), then other least-peak orders of
+    the scheduler (seeds ``seed + 1, ...``; new orders only, at most :data:`MAX_ORDERS` in
+    all, in :data:`ORDERS_SHARE` of the search time), (2) :func:`improve_by_lns` from the fitting
+    plans in rounds of successive halving (each plan an equal slice of a round's time, the
+    cheaper half goes on; the search stops sooner on its patience), (3) in the time the
+    search leaves, again from the relaxed orders of the best plan's re-runs while that
+    gives new orders. On the random layered graphs the order the
+    re-runs start from matters most: the search from four least-peak orders of
+    ``random_layered_n250`` ends at extra costs from 3841 to 7267. Returns ``(runs, plan,
+    peak, cost, stats)``, the cheapest plan seen."""
+    from memopt.schedule import schedule
+
+    M = early.memory_limit
+    best = _greedy(p, starts, "min_cost", early, deadline)
+    stats = {"runs": len(best[0]), "orders": 1, "starts": []}
+    if best[2] > M:
+        return (*best, stats)
+    now = time.perf_counter()
+    search_end = now + LNS_SHARE * (deadline - now)
+    orders_end = now + ORDERS_SHARE * (search_end - now)
+    seen = {tuple(s) for s in starts}
+    fitting, k, repeats = [best], 0, 0
+    for order in _relaxed_orders(p, best[0], orders_end):
+        if tuple(order) not in seen:
+            seen.add(tuple(order))
+            got = _greedy(p, [order], "min_cost", early, orders_end)
+            if got[2] <= M:
+                fitting.append(got)
+    while len(seen) < MAX_ORDERS and repeats < MAX_REPEATS and time.perf_counter() < orders_end:
+        k += 1
+        left = orders_end - time.perf_counter()
+        order = schedule(p.graph, time_limit=max(0.05, min(SCHEDULE_SECONDS, SCHEDULE_SHARE * left)),
+                         seed=seed + k).order.tolist()
+        if tuple(order) in seen:
+            repeats += 1  # the scheduler found the same order again
+            continue
+        seen.add(tuple(order))
+        got = _greedy(p, [order], "min_cost", early, orders_end)
+        if got[2] <= M:
+            fitting.append(got)
+    # successive halving: every plan gets an equal slice of a round's time, the cheaper half
+    # goes on to the next round (the greedy's cost predicts the search's end poorly)
+    pool = sorted(fitting, key=lambda g: Fraction(g[3]))
+    rounds = max(1, (len(pool) - 1).bit_length()) + 1
+    for r in range(rounds):
+        round_end = time.perf_counter() + (search_end - time.perf_counter()) / (rounds - r)
+        for i, start in enumerate(pool):
+            now = time.perf_counter()
+            if now >= round_end:
+                break
+            got = improve_by_lns(p, start[0], M, seed=seed + 1000 * r + i,
+                                 deadline=now + (round_end - now) / (len(pool) - i))
+            pool[i] = got[:4]
+            if Fraction(got[3]) < Fraction(best[3]):
+                best = got[:4]
+        stats["starts"].append([pool[i][3] for i in range(len(pool))])
+        pool = sorted(pool, key=lambda g: Fraction(g[3]))[:max(1, (len(pool) + 1) // 2)]
+    # time the search left (it stops on its patience): start again from the relaxed orders
+    # of the best plan's re-runs, as long as that finds a new order
+    while time.perf_counter() < search_end:
+        fresh = [o for o in _relaxed_orders(p, best[0], search_end) if tuple(o) not in seen]
+        if not fresh:
+            break
+        for order in fresh:
+            seen.add(tuple(order))
+            got = _greedy(p, [order], "min_cost", early, search_end)
+            if got[2] > M:
+                continue
+            now = time.perf_counter()
+            got = improve_by_lns(p, got[0], M, seed=seed + len(seen), deadline=now + 0.5 * (search_end - now))
+            stats["starts"].append([got[3]])
+            if Fraction(got[3]) < Fraction(best[3]):
+                best = got[:4]
+    stats["orders"] = len(seen)
+    stats["runs"] = len(best[0])
+    return (*best, stats)
+
+
+def _relaxed_orders(p: RematProblem, runs, deadline: float) -> list:
+    """Least-peak orders of the relaxed graphs ``G_S`` and ``G_S^+`` of the set ``S`` of ops
+    that ``runs`` re-runs (:func:`memopt.remat.lower_bounds.relaxed_graph`,
+    :func:`~memopt.remat.lower_bounds.held_inputs_graph`): the best order when the outputs of
+    ``S`` cost nothing between their reads, a start from which re-running ``S`` pays most
+    (on ``random_layered_n250`` the greedy from the relaxed order of the re-runs of a
+    5510 plan finds 5281, the search then 3925). ``[]`` if ``runs`` re-runs nothing."""
+    from memopt.remat.lower_bounds import held_inputs_graph, relaxed_graph
+    from memopt.schedule import schedule
+
+    again = sorted({v for i, v in enumerate(runs) if v in runs[:i]})
+    out = []
+    if not again:
+        return out
+    for make in (relaxed_graph, held_inputs_graph):
+        left = deadline - time.perf_counter()
+        if left <= 0:
+            break
+        out.append(schedule(make(p.graph, again), time_limit=max(0.05, min(SCHEDULE_SECONDS, SCHEDULE_SHARE * left)),
+                            seed=0).order.tolist())
+    return out
+
+
 def _rank(question, memory_limit, got):
     """Sort key of an ``improve_runs`` result: answers first, then the question's order."""
     _, _, peak, cost = got
@@ -466,22 +654,11 @@ def heuristic_method(problem, *, question: str, memory_limit=None, cost_budget=N
                 continue  # ids not in a topological order
             starts.append(other)
             break
-    best = None
-    tries = [(start, strategy) for start in starts for strategy in STRATEGIES]
-    for k, (start, strategy) in enumerate(tries):
-        share = deadline if k == len(tries) - 1 else \
-            time.perf_counter() + (deadline - time.perf_counter()) / (len(tries) - k)
-        got = improve_runs(p, start, question, memory_limit=early.memory_limit,
-                           cost_budget=early.cost_budget, deadline=share, strategy=strategy)
-        if best is None or _rank(question, early.memory_limit, got) < _rank(question, early.memory_limit, best):
-            best = got
-    runs, plan, peak, cost = best
-    stats = {"runs": len(runs)}
-    if lns and question == "min_cost" and peak <= early.memory_limit and time.perf_counter() < deadline:
-        # at most a share of what is left: under ``auto`` the exact models get the rest
-        now = time.perf_counter()
-        runs, plan, peak, cost, stats["lns"] = improve_by_lns(p, runs, early.memory_limit, seed=seed,
-                                                              deadline=now + LNS_SHARE * (deadline - now))
+    if lns and question == "min_cost":
+        runs, plan, peak, cost, stats = _multi_start(p, starts, early, seed, deadline)
+    else:
+        runs, plan, peak, cost = _greedy(p, starts, question, early, deadline)
+        stats = {"runs": len(runs)}
     if question == "min_cost" and peak > early.memory_limit:
         # no plan within the limit: the lowest-overflow plan, status unknown
         return RematResult(plan=plan, peak=peak, extra_cost=cost, status="unknown", question=question,
