@@ -540,7 +540,7 @@ def min_peak(graph: TensorGraph, cost_budget, cap=1, *, time_limit: float | None
 
 
 def treedp_method(problem, *, question: str, memory_limit=None, cost_budget=None, cap=1, time_limit: float = 10.0,
-                  incumbent=None, seed: int = 0, warm_start: float = 0.3):
+                  incumbent=None, seed: int = 0, warm_start: float = 0.3, feasibility_share: float = 0.4):
     """Registry method ``treedp`` (see :mod:`memopt.remat.registry`): :func:`min_extra_cost` or
     :func:`min_peak`, with the common start and finish of every recomputation method (the
     footprint bound, the incumbent, exact re-evaluation of the plan).
@@ -549,7 +549,10 @@ def treedp_method(problem, *, question: str, memory_limit=None, cost_budget=None
     bound of :func:`memopt.remat.lower_bounds.cost_lower_bound` and, without an incumbent
     that fits, the plan of the ``heuristic`` method; the DP then searches only for cheaper
     plans (an incumbent meeting the bound is optimal at once), and on a time-out the answer
-    is the incumbent (``feasible``) with the cost lower bound."""
+    is the incumbent (``feasible``) with the cost lower bound. When no plan within the limit
+    is known after the warm start, :func:`memopt.remat.feasibility.feasible_plan` runs first
+    with ``feasibility_share`` of the time left: ``infeasible`` is then the answer (proved by
+    exhaustion), a plan it finds is the DP's incumbent."""
     from memopt.remat.model_common import RematProblem, finish_result, start_result
 
     t0 = time.perf_counter()
@@ -581,6 +584,20 @@ def treedp_method(problem, *, question: str, memory_limit=None, cost_budget=None
             stats["warm_start"] = {"cost_lower_bound": str(lower),
                                    "incumbent_cost": None if plan is None else str(evaluate_plan(p.graph, plan,
                                                                                                  caps).extra_cost)}
+        from memopt.remat.feasibility import MAX_LEVELS, feasible_plan
+
+        if plan is None and max(caps, default=0) + 1 <= MAX_LEVELS:
+            # no plan within the limit is known: decide feasibility first with part of the
+            # time (proofs/remat_treedp.md §2.2: exhaustion proves infeasible, which the cost
+            # DP cannot do cheaply since it tells states apart by cost)
+            left = max(0.0, float(time_limit) - (time.perf_counter() - t0))
+            fz = feasible_plan(p.graph, st.memory_limit, caps, time_limit=feasibility_share * left)
+            stats["feasibility"] = {"status": fz.status, "states": fz.states, "pruned": fz.pruned}
+            if fz.status == "infeasible":
+                stats["feasibility"]["proof"] = (f"feasibility search exhausted {fz.states} states (dominance, "
+                                                 "proofs/remat_treedp.md Theorem 4)")
+                return finish_result(p, st, None, ("infeasible",), "treedp", t0, stats)
+            plan = fz.plan
         remaining = max(0.0, float(time_limit) - (time.perf_counter() - t0))
         r = min_extra_cost(p.graph, st.memory_limit, caps, time_limit=remaining, incumbent=plan, cost_lower=lower)
         proven = {"optimal": ("cost", r.extra_cost), "infeasible": ("infeasible",)}.get(r.status, ("cost", lower))
