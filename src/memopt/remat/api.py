@@ -53,7 +53,7 @@ from fractions import Fraction
 import numpy as np
 
 from memopt.errors import InternalError, OptionError, ScheduleError
-from memopt.remat.model_common import RematProblem, better, footprint_bound, plan_from_runs as plan_from_runs_of, reduced_caps
+from memopt.remat.model_common import RematProblem, better, footprint_bound, plan_from_runs as plan_from_runs_of, reduced_caps, within_caps
 from memopt.remat.result import RematResult
 
 __all__ = ["remat", "ParetoResult"]
@@ -298,9 +298,8 @@ class _Call:
         from memopt.remat.lower_bounds import CostBound
 
         inc = best.plan if best is not None and best.plan is not None and best.status != "unknown" else None
-        if inc is not None:
-            runs = inc.runs().tolist()
-            inc = inc if all(runs.count(v) <= 1 + caps[v] for v in set(runs)) else None
+        if inc is not None and not within_caps(inc, caps):
+            inc = None
         r = solve_cpsat(p.graph, "min_cost", memory_limit=memory_limit, cap=caps, incumbent=inc, seed=self.seed,
                         time_limit=max(0.0, budget_end - time.perf_counter()), cost_bound=CostBound(0, ()),
                         restrict=False)

@@ -64,7 +64,7 @@ from fractions import Fraction
 
 from memopt.remat.model_common import (RematProblem, ancestor_counts, byte_scale, core_fixed_caps, cost_scale,
                                        finish_result, footprint_bound, model_budget, plan_from_slots, reduced_caps,
-                                       slots_from_plan, start_result)
+                                       slots_from_plan, start_result, within_caps)
 
 __all__ = ["solve_cpsat", "cpsat_method"]
 
@@ -358,7 +358,7 @@ def solve_cpsat(problem, question: str, *, memory_limit: int | None = None, cost
             m.add_cumulative(intervals, demands, P)
         m.add(extra <= math.floor(Fraction(early.cost_budget) * factor))
         m.minimize(P)
-    if early.incumbent is not None and _within(early.incumbent, p.caps):
+    if early.incumbent is not None and within_caps(early.incumbent, p.caps):
         _hint(m, p, early.incumbent, pres, start, end, nruns, P, g)
     solver = cp_model.CpSolver()
     left = float(time_limit) - (time.perf_counter() - t0)
@@ -399,12 +399,6 @@ def solve_cpsat(problem, question: str, *, memory_limit: int | None = None, cost
     return finish_result(full, early, plan, proven, "cpsat", t0, stats)
 
 
-def _within(plan, caps) -> bool:
-    """Does ``plan`` run every op at most ``1 + caps[v]`` times?"""
-    runs = plan.runs().tolist()
-    return all(runs.count(v) <= 1 + caps[v] for v in set(runs))
-
-
 def _try_caps(full: RematProblem, early, caps, time_limit: float, seed: int, num_workers: int,
               first_solution: bool) -> bool | None:
     """Solve ``min_cost`` under ``early``'s limit with the smaller ``caps`` (no cost bound, no
@@ -414,7 +408,7 @@ def _try_caps(full: RematProblem, early, caps, time_limit: float, seed: int, num
     from memopt.remat.lower_bounds import CostBound
     from memopt.remat.model_common import evaluate
 
-    inc = early.incumbent if early.incumbent is not None and _within(early.incumbent, caps) else None
+    inc = early.incumbent if early.incumbent is not None and within_caps(early.incumbent, caps) else None
     r = solve_cpsat(full.graph, "min_cost", memory_limit=early.memory_limit, cap=caps, time_limit=time_limit,
                     incumbent=inc, seed=seed, num_workers=num_workers, cost_bound=CostBound(0, ()), decompose=False,
                     restrict=False, first_solution=first_solution)

@@ -120,8 +120,7 @@ def feasible_plan(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit: f
                           f"{levels - 1} or none); give a finite cap")
     size = inst.size
     resident = [bool(r) for r in a[13]]
-    ins = [[int(t) for t in a[6][a[5][v]:a[5][v + 1]]] for v in range(n)]
-    outs = inst.outs
+    ins, outs, cons = inst.ins, inst.outs, inst.cons
     in_mask = [sum(1 << t for t in ins[v] if not resident[t]) for v in range(n)]
     out_mask = [sum(1 << t for t in outs[v]) for v in range(n)]
     first_mem = [int(x) for x in a[25]]  # Lemma 6's m_0(v)
@@ -129,7 +128,6 @@ def feasible_plan(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit: f
     fset = np.zeros(n, dtype=np.uint8)
     nbytes = max(1, (T + 7) // 8)
     producer = [int(p) for p in a[11]]
-    cons = [[int(u) for u in a[10][a[9][t]:a[9][t + 1]]] for t in range(T)]
     graph_out = [bool(o) for o in a[16]]
     settle = inst.settle_fn
 
@@ -200,12 +198,7 @@ def feasible_plan(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit: f
             return False
         return graph_out[t] or any(count[u] == 0 for u in cons[t])
 
-    # strict descendants of every op (bit masks), for the memory of the first runs ahead
-    below = [0] * n
-    for v in reversed(topo):
-        for t in outs[v]:
-            for u in cons[t]:
-                below[v] |= below[u] | (1 << u)
+    below = inst.below  # strict descendants of every op (bit masks), for the first runs ahead
     touched = [in_mask[v] | out_mask[v] for v in range(n)]
 
     def held_overflow(live, count) -> bool:

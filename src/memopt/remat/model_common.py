@@ -46,7 +46,7 @@ from memopt.errors import MemoptError, OptionError, ScheduleError
 
 __all__ = ["RematProblem", "MAX_CAP", "footprint_bound", "byte_scale", "cost_scale", "plan_from_runs",
            "plan_from_slots", "slots_from_plan", "evaluate", "QUESTIONS", "reduced_caps", "model_budget",
-           "core_fixed_caps"]
+           "core_fixed_caps", "within_caps"]
 
 #: the largest per-op cap the slot models accept (a model has ``sum (1 + k)`` slots)
 MAX_CAP = 64
@@ -303,6 +303,12 @@ def reduced_caps(p: RematProblem, budget) -> list[int]:
     return [k if c == 0 else min(k, int(b // Fraction(c))) for k, c in zip(p.caps, p.costs)]
 
 
+def within_caps(plan, caps) -> bool:
+    """Does ``plan`` run every op ``v`` at most ``1 + caps[v]`` times?"""
+    counts = np.bincount(plan.runs(), minlength=len(caps))
+    return bool((counts <= 1 + np.asarray(caps, dtype=np.int64)).all())
+
+
 def core_fixed_caps(p: RematProblem, caps, cores, incumbent_cost, *, strict: bool = True,
                     deadline: float = float("inf")) -> list[int]:
     """Caps that lose no plan within the limit of extra cost below ``incumbent_cost``
@@ -333,19 +339,23 @@ def core_fixed_caps(p: RematProblem, caps, cores, incumbent_cost, *, strict: boo
         total = z * costs[v] + h
         return total >= U if strict else total > U
 
+    def live_cores():
+        """The cores restricted to the ops that may still re-run; ``None`` when one is empty."""
+        live = [tuple(u for u in c if caps[u] > 0) for c in cores]
+        return None if any(not c for c in live) else live
+
+    # some core has no op left that may re-run: no plan of cost below U exists
+    nothing_below = [k if costs[v] == 0 else 0 for v, k in enumerate(caps)]
     changed = True
     while changed and time.perf_counter() < deadline:
         changed = False
-        live = [tuple(u for u in c if caps[u] > 0) for c in cores]
-        if any(not c for c in live):
-            # some core has no op left that may re-run: no plan of cost below U exists
-            return [k if costs[v] == 0 else 0 for v, k in enumerate(caps)]
+        live = live_cores()
+        if live is None:
+            return nothing_below
         for v in range(p.n):
             if caps[v] == 0 or costs[v] == 0 or time.perf_counter() >= deadline:
                 continue
-            rest = [tuple(u for u in c if u != v) for c in live if v not in c]
-            if any(not c for c in rest):
-                continue  # cannot happen (rest cores keep their ops); keep v's cap
+            rest = [c for c in live if v not in c]  # non-empty cores: ``live`` has no empty one
             h = Fraction(0) if not rest else min_hitting_set(rest, costs, min(deadline, time.perf_counter() + 2.0))[0]
             h = Fraction(0) if h is None else Fraction(h)
             keep = caps[v]
@@ -357,9 +367,9 @@ def core_fixed_caps(p: RematProblem, caps, cores, incumbent_cost, *, strict: boo
                 caps[v] = keep
                 changed = True
                 if keep == 0:
-                    live = [tuple(u for u in c if caps[u] > 0) for c in cores]
-                    if any(not c for c in live):
-                        return [k if costs[u] == 0 else 0 for u, k in enumerate(caps)]
+                    live = live_cores()
+                    if live is None:
+                        return nothing_below
     return caps
 
 

@@ -187,7 +187,15 @@ class _Instance:
         ins = [sorted({int(t) for t in graph.inputs_of(v)}) for v in range(n)]
         outs = [sorted({int(t) for t in graph.outputs_of(v)}) for v in range(n)]
         cons = [sorted({int(u) for u in graph.consumers_of(t)}) for t in range(T)]
-        self.size, self.outs = size, outs
+        self.size, self.ins, self.outs, self.cons = size, ins, outs, cons
+        # strict descendants of every op, as bit masks (Lemmas 6-7 here, and the feasibility
+        # search's memory of the first runs ahead)
+        below = [0] * n
+        succ = [sorted({w for t in outs[v] for w in cons[t]}) for v in range(n)]
+        for v in reversed([int(u) for u in graph.topological_order()]):
+            for w in succ[v]:
+                below[v] |= below[w] | (1 << w)
+        self.below = below
         self.zero_out = [[t for t in outs[v] if size[t] == 0] for v in range(n)]
         self.inputs = [t for t in range(T) if graph.tensor_producer[t] < 0 and not resident[t]]
         self.const = graph.resident_bytes
@@ -230,11 +238,7 @@ class _Instance:
         desc = np.zeros((n, n), dtype=np.uint8)
         across: list[list[int]] = [[] for _ in range(n)]
         if prune_held:
-            below = [0] * n
-            succ = [sorted({w for t in outs[v] for w in cons[t]}) for v in range(n)]
-            for v in reversed([int(u) for u in graph.topological_order()]):
-                for w in succ[v]:
-                    below[v] |= below[w] | (1 << w)
+            for v in range(n):
                 desc[v] = [(below[v] >> w) & 1 for w in range(n)]
             # Lemma 7: tensors made by a strict ancestor of v and read only by strict
             # descendants of v (held across v's first run, or re-made after it)
