@@ -24,6 +24,8 @@ from memopt.remat.lower_bounds import (
     relaxed_graph,
     relaxed_peak_bound,
     relaxed_trap_exceeds,
+    rerun_graph,
+    rerun_trap_exceeds,
 )
 from memopt.schedule.brute_force import brute_force_schedule, random_tensor_graph
 
@@ -303,3 +305,92 @@ def test_held_inputs_make_the_rerun_keep_its_input():
     assert bf.min_extra_cost(g, 30, 1)[0] == 10
     assert cost_lower_bound(g, 30, 1).value == 10
     assert cost_lower_bound(g, 30, 1, held_inputs=False).value == 1
+
+
+# ---------------------------------------------------------------------------- re-run spikes
+# proofs/remat_cost_bounds.md §5: a plan that re-runs v holds v's inputs and output together
+# at its last re-run, before v's last reader; G_{S,Y} has an op for that moment
+
+
+def _spike_case(seed: int, n: int):
+    g = random_tensor_graph(np.random.default_rng(seed), n, max_size=30, edge_prob=0.3, multi_output=False,
+                            with_inputs=False)
+    return g, peak_lower_bound(g, 0)
+
+
+@SETTINGS
+@given(st.tuples(st.integers(0, 2**32 - 1), st.integers(2, 7), st.integers(1, 2), st.integers(1, 8)))
+def test_cost_bound_with_spikes_never_exceeds_the_least_extra_cost(args):
+    """Every clause (C, Y) holds for an optimal plan (its re-runs all cost > 0, so each is
+    read: Lemma 5), and the bound with spikes is at least the one without."""
+    seed, n, cap, below = args
+    g, top = _spike_case(seed, n)
+    limit = max(0, top - below * max(1, top // 16))
+    cost, plan = bf.min_extra_cost(g, limit, cap)
+    cb = cost_lower_bound(g, limit, cap, time_limit=30, pair_time=5, exact_time=5)
+    weak = cost_lower_bound(g, limit, cap, time_limit=30, pair_time=5, exact_time=5, spikes=False)
+    if cb.infeasible:
+        assert cost is None
+        return
+    if cb.complete and weak.complete and not weak.infeasible:
+        # the spikes start where the old scheme stops, and the best value only grows
+        assert Fraction(cb.value) >= Fraction(weak.value)
+    if cost is None:
+        return
+    assert Fraction(cb.value) <= Fraction(cost)
+    rr = _reruns(plan)
+    for core, forced in cb.clauses:
+        assert set(core) & rr or not set(forced) <= rr
+    for core in cb.cores:
+        assert set(core) & rr
+
+
+@SETTINGS
+@given(st.tuples(st.integers(0, 2**32 - 1), st.integers(2, 7), st.integers(0, 2**20), st.integers(0, 2**20)))
+def test_rerun_graph_adds_one_op_per_spike_and_never_lowers_the_least_peak(args):
+    """G_{S,Y}: G_S plus, per op v of Y with a spike target c, a zero-cost op after v and
+    before c holding v's workspace in G_S; every order of it holds at least what G_S holds
+    at the original ops, so its least peak is at least that of G_S."""
+    seed, n, pick, force = args
+    g, _ = _spike_case(seed, n)
+    S = [v for v in range(g.num_ops) if pick >> v & 1]
+    Y = [v for v in S if force >> v & 1]
+    base = relaxed_graph(g, S)
+    gy = rerun_graph(g, S, Y)
+    added = range(g.num_ops, gy.num_ops)
+    assert len(added) <= len(Y) and gy.num_tensors == g.num_tensors + 2 * len(added)
+    assert np.array_equal(gy.tensor_size[:g.num_tensors], base.tensor_size)
+    for vp in added:
+        (v,) = {int(gy.tensor_producer[t]) for t in gy.inputs_of(vp) if t >= g.num_tensors}
+        (e,) = gy.outputs_of(vp)
+        (c,) = gy.consumers_of(e)
+        assert v in Y and c not in S and gy.op_cost[vp] == 0
+        assert c in {int(x) for t in g.outputs_of(v) for x in g.consumers_of(t)}
+        assert gy.op_workspace[vp] + gy.tensor_size[e] == base.op_workspace[v]
+        assert set(g.inputs_of(v).tolist()) <= set(gy.inputs_of(vp).tolist())
+    assert brute_force_schedule(gy)[1] >= brute_force_schedule(base)[1]
+    if not added:
+        assert not rerun_trap_exceeds(g, S, Y, 0)   # nothing beyond G_S to ask
+
+
+def test_spike_clause_raises_the_bound_to_the_exhaustive_optimum():
+    """A random 7-op graph (seed 73) at the limit 66, cap 1: without spikes the cost bound
+    stops at 4 (the relaxed graph of its cheapest hitting set {3} fits); a plan that
+    re-runs op 3 must hold its inputs and output together before its reader, which does not
+    fit, so the clause "re-run 0, 2 or 4, or do not re-run 3" lifts it to 5, the exhaustive
+    optimum."""
+    rng = np.random.default_rng(73)
+    g = random_tensor_graph(rng, int(rng.integers(4, 8)), max_size=30, edge_prob=0.3, multi_output=False,
+                            with_inputs=False)
+    limit = 66
+    assert bf.min_extra_cost(g, limit, 1)[0] == 5
+    weak = cost_lower_bound(g, limit, 1, exact_time=2, spikes=False)
+    cb = cost_lower_bound(g, limit, 1, exact_time=2)
+    assert (weak.value, weak.complete, weak.clauses) == (4, True, ())
+    assert (cb.value, cb.complete, cb.clauses) == (5, True, (((0, 2, 4), (3,)),))
+    # the clause's spike graph: G_{S,Y} with the re-run of op 3 has no order within the limit
+    from memopt.schedule import schedule
+
+    S = [v for v in range(g.num_ops) if v not in (0, 2, 4)]
+    assert schedule(relaxed_graph(g, S), time_limit=5).peak <= limit
+    assert schedule(rerun_graph(g, S, [3]), time_limit=5).lower_bound > limit

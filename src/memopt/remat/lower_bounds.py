@@ -41,6 +41,16 @@ a re-run needs its inputs, so until the last reader of its output the plan holds
 output or the re-run op's inputs (Theorem 1'; without it the relaxation lets both die, and
 on layered graphs, where every op reads the previous layer, it was far too weak).
 
+Two further strengthenings act once that scheme reaches its fixpoint (``G_H`` fits, ``H`` the
+cheapest hitting set): the oracle also takes the least-peak bound that memopt's scheduler
+*proves* for the relaxed graph (any lower bound on its least peak is sound), and **re-run
+spikes** (:func:`rerun_graph`, ``proofs/remat_cost_bounds.md`` §5): a plan that re-runs an op
+``v`` holds ``v``'s inputs and output together at its last re-run, before the last reader of
+``v``'s output; ``G_{S,Y}`` adds an op for that moment for each ``v`` of ``Y``, and a trap above
+the limit yields the clause "re-run an op outside ``S``, or do not re-run some op of ``Y``"
+(the hitting set becomes a small weighted SAT problem). On ``random_layered_n100`` at 0.9,
+cap 2, the bound goes from 226 (``G_{68}`` fits) to 400 and more.
+
 Example (``A`` makes ``a``, 6 bytes, read again by the last op ``Z``; the big op ``B`` runs
 in between; re-running ``A`` costs 5):
 
@@ -74,7 +84,7 @@ from memopt.remat.plan import exact_costs, resolve_caps
 
 __all__ = ["PeakBound", "CostBound", "infeasibility_witness", "peak_lower_bound", "peak_lower_bound_details",
            "relaxed_graph", "held_inputs_graph", "relaxed_peak_bound", "relaxed_trap_exceeds", "cost_lower_bound",
-           "min_hitting_set"]
+           "min_hitting_set", "rerun_graph", "rerun_trap_exceeds"]
 
 
 class PeakBound(NamedTuple):
@@ -264,6 +274,97 @@ def held_inputs_graph(graph: TensorGraph, rerun) -> TensorGraph:
         op_workspace=ws, op_cost=graph.op_cost, check_acyclic=False)
 
 
+def _spike_target(graph: TensorGraph, v: int, rerun: set, desc) -> tuple[int, int] | None:
+    """For an op ``v`` that re-runs, the op ``c`` whose first run its last re-run must
+    precede, and the bytes held from that re-run up to ``c``: ``None`` unless every output
+    of ``v`` is non-resident, of positive size and no graph output, and its readers are
+    all outside ``rerun`` and have a last one ``c`` (a descendant of all of them). The
+    bytes are those of the output when ``v`` has one output and ``c`` is its only reader
+    (that run reads the last re-run's production), else 0 (``proofs/remat_cost_bounds.md``, §5)."""
+    outs = [int(t) for t in graph.outputs_of(v)]
+    if not outs or any(graph.tensor_resident[t] or graph.tensor_output[t] or graph.tensor_size[t] <= 0 for t in outs):
+        return None
+    readers = {int(c) for t in outs for c in graph.consumers_of(t).tolist()}
+    if not readers or readers & rerun:
+        return None
+    last = [c for c in readers if all(c in desc[d] for d in readers)]
+    if not last:
+        return None
+    held = int(graph.tensor_size[outs[0]]) if len(outs) == 1 and len(readers) == 1 else 0
+    return last[0], held
+
+
+def rerun_graph(graph: TensorGraph, rerun, forced) -> TensorGraph:
+    """``G_{S,Y}``: :func:`relaxed_graph` ``G_S`` plus, for each op ``v`` of ``Y = forced``
+    with a spike target (:func:`_spike_target`: its readers all run once, and one of them,
+    ``c``, comes last), a zero-cost op ``v'`` for the **last re-run** of ``v``: it runs after
+    ``v`` (a size-0 tensor from ``v``) and before ``c`` (a tensor from ``v'`` to ``c``, of the
+    output's size when ``c`` is its only reader, whose workspace then drops by as much),
+    reads every input of ``v`` and has the workspace of ``v`` in ``G_S``. Every plan whose
+    re-run set contains ``Y`` and lies in ``S``, and whose re-runs are each read
+    (``proofs/remat_cost_bounds.md``, Lemma 5), peaks at least at the least
+    no-recomputation peak of ``G_{S,Y}`` (Theorem 5): a re-run needs its inputs *and* its
+    output live at once, a moment ``G_S`` has no op for. ``G_S`` itself when no op of ``Y``
+    has a target. Ops ``>= graph.num_ops`` are the added ones."""
+    S = {int(v) for v in rerun}
+    base = relaxed_graph(graph, sorted(S))
+    desc = _descendants(graph)
+    targets = {}
+    for v in sorted({int(v) for v in forced} & S):
+        tgt = _spike_target(graph, v, S, desc)
+        if tgt is not None:
+            targets[v] = tgt
+    if not targets:
+        return base
+    size = base.tensor_size.astype(np.int64).tolist()
+    prod = base.tensor_producer.astype(np.int64).tolist()
+    ws = base.op_workspace.astype(np.int64).tolist()
+    rows = np.repeat(np.arange(graph.num_ops, dtype=np.int64), np.diff(base.op_in_ptr)).tolist()
+    cols = base.op_in_idx.astype(np.int64).tolist()
+    for i, (v, (c, held)) in enumerate(targets.items()):
+        vp = graph.num_ops + i
+        ws.append(int(base.op_workspace[v]) - held)
+        for t in np.unique(graph.inputs_of(v)).tolist():
+            rows.append(vp)
+            cols.append(int(t))
+        size += [0, held]           # v -> v' (order only), v' -> c
+        prod += [v, vp]
+        rows += [vp, c]
+        cols += [len(size) - 2, len(size) - 1]
+        ws[c] -= held               # c's read of the output is the new tensor now
+    k = 2 * len(targets)
+    return TensorGraph.from_arrays(
+        tensor_size=np.asarray(size, np.int64), tensor_producer=np.asarray(prod, np.int64),
+        op_inputs=(np.asarray(rows, np.int64), np.asarray(cols, np.int64)),
+        num_ops=graph.num_ops + len(targets),
+        tensor_output=np.concatenate([base.tensor_output, np.zeros(k, bool)]),
+        tensor_resident=np.concatenate([base.tensor_resident, np.zeros(k, bool)]),
+        op_workspace=np.asarray(ws, np.int64),
+        op_cost=np.concatenate([np.asarray(base.op_cost, float), np.zeros(len(targets))]), check_acyclic=False)
+
+
+def rerun_trap_exceeds(graph: TensorGraph, rerun, forced, limit: int, *, deadline: float = float("inf"),
+                       pair_time: float = 0.0, exact_time: float = 0.0) -> bool:
+    """Does :func:`rerun_graph` ``G_{S,Y}`` have a forward trap (or, for up to ``pair_time``
+    seconds, a pair trap; for up to ``exact_time``, a scheduler's proved bound) above
+    ``limit``? ``False`` when no op of ``forced`` has a spike target (``G_{S,Y} = G_S``) or
+    at the deadline (the safe answer)."""
+    from memopt.bounds.trap import MAX_PAIR_NODES, forward_trap_exceeds, pair_trap_bound
+    from memopt.core.signed_dag import graph_to_dag
+
+    g = rerun_graph(graph, rerun, forced)
+    if g.num_ops == graph.num_ops:
+        return False
+    dag = graph_to_dag(g).dag
+    if forward_trap_exceeds(dag, limit, deadline=deadline):
+        return True
+    budget = min(float(pair_time), deadline - time.perf_counter())
+    if budget > 0 and dag.n <= MAX_PAIR_NODES and \
+            int(pair_trap_bound(dag, time_limit=budget, target=int(limit) + 1).value) > limit:
+        return True
+    return _scheduled_above(g, limit, min(float(exact_time), deadline - time.perf_counter()))
+
+
 def _mask(n: int, ops) -> np.ndarray:
     m = np.zeros(n, bool)
     idx = [int(v) for v in ops]
@@ -282,8 +383,19 @@ def relaxed_peak_bound(graph: TensorGraph, rerun, *, time_limit: float | None = 
     return int(forward_trap_bound(relaxed_graph(graph, rerun), time_limit=time_limit).value)
 
 
+def _scheduled_above(g: TensorGraph, limit: int, seconds: float) -> bool:
+    """Does memopt's scheduler prove, within ``seconds``, that every order of ``g`` peaks
+    above ``limit``? (Its ``lower_bound`` is proved: an exact solver's bound or a
+    certified one; Corollary 2' takes any such bound.)"""
+    if seconds <= 0.05:
+        return False
+    from memopt.schedule import schedule
+
+    return int(schedule(g, time_limit=seconds).lower_bound) > limit
+
+
 def relaxed_trap_exceeds(graph: TensorGraph, rerun, limit: int, *, deadline: float = float("inf"),
-                         pair_time: float = 0.0, held_inputs: bool = False) -> bool:
+                         pair_time: float = 0.0, held_inputs: bool = False, exact_time: float = 0.0) -> bool:
     """Does the relaxed graph ``G_rerun`` have a forward trap (or its start or end memory)
     above ``limit``? The same cuts as :func:`relaxed_peak_bound`, but only for ops whose
     cheap upper estimate exceeds ``limit``, and it stops at the first trap above it. At the
@@ -294,7 +406,11 @@ def relaxed_trap_exceeds(graph: TensorGraph, rerun, limit: int, *, deadline: flo
     ``G_rerun`` for up to that many seconds; it is a lower bound on the least
     no-recomputation peak of ``G_rerun`` too, so Theorem 1 applies to it unchanged (the
     random layered graphs, whose single traps stay below 0.9 of their optimum, need it).
-    ``held_inputs``: also try :func:`held_inputs_graph` (``G_S^+``; its pair trap first)."""
+    ``held_inputs``: also try :func:`held_inputs_graph` (``G_S^+``; its pair trap first).
+    ``exact_time > 0``: then also the scheduler's proved lower bound on the least peak of
+    the same graphs (:func:`memopt.schedule.schedule`, up to that many seconds each): on
+    ``random_layered_n100`` it proves ``OPT_order(G_{44,50}) = 33,190`` above the limit
+    33,111 where no trap bound does."""
     from memopt.bounds.trap import MAX_PAIR_NODES, forward_trap_exceeds, pair_trap_bound
     from memopt.core.signed_dag import graph_to_dag
 
@@ -315,6 +431,13 @@ def relaxed_trap_exceeds(graph: TensorGraph, rerun, limit: int, *, deadline: flo
             return False
         if d.n <= MAX_PAIR_NODES and int(pair_trap_bound(d, time_limit=budget, target=int(limit) + 1).value) > limit:
             return True
+    if exact_time > 0:
+        graphs = [relaxed_graph(graph, rerun)]
+        if held_inputs and len(dags) > 1:
+            graphs.insert(0, held_inputs_graph(graph, rerun))
+        for g in graphs:
+            if _scheduled_above(g, limit, min(float(exact_time), deadline - time.perf_counter())):
+                return True
     return False
 
 
@@ -336,7 +459,10 @@ class CostBound(NamedTuple):
     the time limit stopped the hitting-set solver; ``infeasible``: no plan within the caps meets the limit
     (the relaxed graph of every op that may re-run has a trap above it); ``complete``: the
     scheme ran to its fixpoint (the relaxed graph of ``hitting_set`` fits the limit) rather
-    than stopping at the time limit; ``evaluations``: trap bounds computed."""
+    than stopping at the time limit; ``evaluations``: trap bounds computed; ``clauses``:
+    pairs ``(C, Y)`` of sorted op tuples, each saying that every plan within the limit
+    whose re-runs are all read re-runs an op of ``C`` or does not re-run some op of ``Y``
+    (Theorem 5; not in ``cores``, whose users read each core as "some op of it re-runs")."""
 
     value: object
     cores: tuple
@@ -344,6 +470,7 @@ class CostBound(NamedTuple):
     infeasible: bool = False
     complete: bool = True
     evaluations: int = 0
+    clauses: tuple = ()
 
 
 def _scaled_costs(costs) -> tuple[list[int], Fraction]:
@@ -359,19 +486,22 @@ def _scaled_costs(costs) -> tuple[list[int], Fraction]:
     return [math.floor(Fraction(c) * factor) for c in costs], factor
 
 
-def min_hitting_set(cores, costs, deadline: float) -> tuple[object, tuple, bool]:
+def min_hitting_set(cores, costs, deadline: float, clauses=()) -> tuple[object, tuple, bool]:
     """The cheapest set of ops meeting every core, by CP-SAT (2 workers; the value is what
     counts). Returns ``(a lower bound on the least cost, a cheapest set found, proved
     optimal)``, or ``(None, (), True)`` when no set meets them all (an empty core); costs are
-    scaled as in :func:`_scaled_costs`, so the value is a lower bound even if scaling rounds."""
+    scaled as in :func:`_scaled_costs`, so the value is a lower bound even if scaling rounds.
+    ``clauses``: pairs ``(C, Y)``; the set must also meet ``C`` or miss an op of ``Y``."""
     from ortools.sat.python import cp_model
 
-    ops = sorted({v for c in cores for v in c})
+    ops = sorted({v for c in cores for v in c} | {v for c, y in clauses for v in (*c, *y)})
     scaled, factor = _scaled_costs([costs[v] for v in ops])
     m = cp_model.CpModel()
     x = {v: m.new_bool_var(f"x{v}") for v in ops}
     for c in cores:
         m.add_bool_or([x[v] for v in c if v in x])
+    for c, y in clauses:
+        m.add_bool_or([x[v] for v in c] + [x[v].Not() for v in y])
     m.minimize(cp_model.LinearExpr.weighted_sum([x[v] for v in ops], scaled))
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(0.05, deadline - time.perf_counter())
@@ -390,7 +520,8 @@ def min_hitting_set(cores, costs, deadline: float) -> tuple[object, tuple, bool]
 
 
 def cost_lower_bound(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit: float = 5.0,
-                     stop_at=None, pair_time: float | None = None, held_inputs: bool = True) -> CostBound:
+                     stop_at=None, pair_time: float | None = None, held_inputs: bool = True,
+                     spikes: bool = True, exact_time: float | None = None) -> CostBound:
     """A lower bound on the extra cost of every plan within the caps whose peak is at most
     ``memory_limit`` (``proofs/remat_cost_bounds.md``, Theorem 2), with its cores.
 
@@ -409,7 +540,15 @@ def cost_lower_bound(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit
     also that of :func:`held_inputs_graph` ``G_S^+`` (Theorem 1'; also after
     :data:`ESCALATE_SHARE` of the time); then also their pair
     traps, up to ``pair_time`` seconds per question (default ``time_limit / 20``; 0 turns it
-    off) (Corollary 2')."""
+    off); then also the least-peak bound the scheduler proves for them, up to ``exact_time``
+    seconds per graph (default ``time_limit / 10``; 0 turns it off) (Corollary 2').
+
+    ``spikes`` (default): at that fixpoint (``G_H`` fits), ask whether a plan that re-runs
+    *every* op of ``H`` fits: :func:`rerun_graph` ``G_{S,H}`` adds the moment of each last
+    re-run, when its inputs and output are live together. If it has a trap above the limit,
+    grow ``S`` from ``H`` as above (then drop from ``Y = H`` what is not needed) and add the
+    clause "re-run an op outside ``S`` or do not re-run some op of ``Y``" (Theorem 5); the
+    next ``H`` is the cheapest set meeting cores and clauses."""
     t0 = time.perf_counter()
     deadline = t0 + max(0.0, float(time_limit))
     caps = resolve_caps(graph, cap)
@@ -425,7 +564,9 @@ def cost_lower_bound(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit
     # below reaches its fixpoint, so where the cheap oracle alone keeps finding cores (the
     # Checkmate graphs) the scheme runs as fast as with it alone
     pair = max(0.0, float(time_limit)) / 20 if pair_time is None else float(pair_time)
-    levels = [(False, 0.0)] + ([(True, 0.0)] if held_inputs else []) + ([(held_inputs, pair)] if pair > 0 else [])
+    exact = max(0.0, float(time_limit)) / 10 if exact_time is None else float(exact_time)
+    levels = [(False, 0.0, 0.0)] + ([(True, 0.0, 0.0)] if held_inputs else []) + \
+        ([(held_inputs, pair, 0.0)] if pair > 0 else []) + ([(held_inputs, pair, exact)] if exact > 0 else [])
     level = [0]
     escalate_at = t0 + ESCALATE_SHARE * max(0.0, float(time_limit))
 
@@ -433,8 +574,8 @@ def cost_lower_bound(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit
         count[0] += 1
         if level[0] == 0 and len(levels) > 1 and held_inputs and time.perf_counter() > escalate_at:
             level[0] = 1  # G_S alone has not reached its fixpoint in a third of the time: add G_S^+
-        held, pt = levels[level[0]]
-        return relaxed_trap_exceeds(graph, S, M, deadline=deadline, pair_time=pt, held_inputs=held)
+        held, pt, et = levels[level[0]]
+        return relaxed_trap_exceeds(graph, S, M, deadline=deadline, pair_time=pt, held_inputs=held, exact_time=et)
 
     def fits(S) -> bool:
         """No trap above the limit found for ``S``, at the strongest level needed."""
@@ -444,9 +585,36 @@ def cost_lower_bound(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit
             level[0] += 1
         return False
 
+    clauses: list[tuple] = []
+
     def result(value, cores, hs=(), infeasible=False, complete=True):
         value = None if value is None else (int(value) if Fraction(value).denominator == 1 else Fraction(value))
-        return CostBound(value, tuple(cores), tuple(hs), infeasible, complete, count[0])
+        return CostBound(value, tuple(cores), tuple(hs), infeasible, complete, count[0], tuple(clauses))
+
+    def spike_over(S, Y) -> bool:
+        count[0] += 1
+        return rerun_trap_exceeds(graph, S, Y, M, deadline=deadline, pair_time=pair, exact_time=exact)
+
+    def grow(inside: set, test) -> set:
+        """``inside`` plus the largest prefix of the cheapest other ops for which ``test``
+        still holds (binary search), then the next few one by one."""
+        cand = [v for v in order if v not in inside]
+        lo, hi = 0, len(cand)         # test(inside + cand[:lo]) holds; cand[:hi + 1] is unknown
+        while lo < hi and time.perf_counter() < deadline:
+            mid = (lo + hi + 1) // 2
+            if test(list(inside) + cand[:mid]):
+                lo = mid
+            else:
+                hi = mid - 1
+        S = inside | set(cand[:lo])
+        # shrinking the core pays off on the cheap ops (the hitting set picks those); the
+        # expensive rest stays in it
+        for v in cand[lo + 1: lo + 1 + SHRINK_TRIES]:
+            if time.perf_counter() >= deadline:
+                break
+            if test(list(S) + [v]):
+                S.add(v)
+        return S
 
     if n == 0 or fits(()):
         return result(0, ())
@@ -457,31 +625,24 @@ def cost_lower_bound(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit
     H: tuple = ()
     value = Fraction(0)
     while time.perf_counter() < deadline:
-        if fits(H):
+        if not fits(H):
+            S = grow(set(H), over)
+            core = tuple(v for v in order if v not in S)
+            cores.append(tuple(sorted(core)))
+        elif spikes and H and spike_over(H, H):
+            # every plan re-running only H's ops fits G_H, but not if it re-runs all of them
+            S = grow(set(H), lambda S_: spike_over(S_, H))
+            Y = set(H)
+            for v in sorted(H):
+                if time.perf_counter() < deadline and spike_over(S, Y - {v}):
+                    Y.discard(v)
+            core = tuple(v for v in order if v not in S)
+            clauses.append((tuple(sorted(core)), tuple(sorted(Y))))
+        else:
             # a trap stopped by the deadline answers "fits" too: then it is no fixpoint
             return result(value, cores, H, complete=time.perf_counter() < deadline)
-        inside = set(H)
-        cand = [v for v in order if v not in inside]
-        # largest prefix of the cheapest candidates that keeps a trap above the limit
-        lo, hi = 0, len(cand)         # over(H + cand[:lo]) holds; cand[:hi + 1] is unknown
-        while lo < hi and time.perf_counter() < deadline:
-            mid = (lo + hi + 1) // 2
-            if over(list(inside) + cand[:mid]):
-                lo = mid
-            else:
-                hi = mid - 1
-        S = inside | set(cand[:lo])
-        # shrinking the core pays off on the cheap ops (the hitting set picks those); the
-        # expensive rest stays in it
-        for v in cand[lo + 1: lo + 1 + SHRINK_TRIES]:
-            if time.perf_counter() >= deadline:
-                break
-            if over(list(S) + [v]):
-                S.add(v)
-        core = tuple(v for v in order if v not in S)
-        cores.append(tuple(sorted(core)))
-        hs_value, hs, optimal = min_hitting_set(cores, costs, deadline)
-        if hs_value is None:  # an empty core: the time-limited trap of every op that may re-run
+        hs_value, hs, optimal = min_hitting_set(cores, costs, deadline, clauses)
+        if hs_value is None:  # an empty core (the trap of every op that may re-run), or clauses no set meets
             return result(None, cores, infeasible=True)
         # more cores never lower the least hitting cost: keep the best bound proved so far
         value = max(value, hs_value)
@@ -489,7 +650,7 @@ def cost_lower_bound(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit
             return result(value, cores, hs, complete=optimal)
         if not optimal:
             if not hs:  # stopped with nothing to show: the last set plus the new core's cheapest op
-                hs = tuple(sorted(set(H) | {min(core, key=lambda v: (Fraction(costs[v]), v))}))
+                hs = tuple(sorted(set(H) | {min(core, key=lambda v: (Fraction(costs[v]), v))} if core else H))
             return result(value, cores, hs, complete=False)
         H = hs
     return result(value, cores, H, complete=False)
