@@ -23,6 +23,14 @@ Depth-first, first runs before re-runs; exhaustion proves ``infeasible``, a goal
 a plan, which is rebuilt, evaluated and checked (:func:`memopt.remat.checker.check_plan`)
 before it is returned. A time limit or a state limit gives ``unknown``.
 
+Before searching, :func:`last_run_bound` (proofs/remat_treedp.md §2.3, Lemma 10) may settle
+the limit: take an op ``s`` and two ops ``p``, ``q`` that feed it; whichever of them runs
+last before ``s`` does so while a vertex cut between the other one and ``s``'s inputs is
+live, so every plan peaks at ``min(m0(q) + cut(p), m0(p) + cut(q))`` or more, whatever the
+caps (``m0``: the memory of a run with nothing else live). The order of last runs is what no
+per-state dominance sees: the 60-op benchmark limit this search could not exhaust in 400 CPU
+seconds (seed 5 at 0.9, limit 51) is infeasible by it at once (peak >= 54).
+
 Example: under 14 bytes the early value ``a`` (10 bytes) cannot be held across ``B``-``D``,
 and with cap 0 it cannot be re-made, so no plan exists; with cap 1 one does:
 
@@ -36,7 +44,8 @@ and with cap 0 it cannot be re-made, so no plan exists; with cap 1 one does:
 
 Reference: the frontier states and settle step of proofs/remat_treedp.md §2; dominance
 pruning in the sense of the "dominance relations" of branch and bound (Ibaraki, *The power of
-dominance relations in branch-and-bound algorithms*, J. ACM 24(2), 1977).
+dominance relations in branch-and-bound algorithms*, J. ACM 24(2), 1977); the cut of Lemma 10
+is a minimum vertex cut by max-flow (Ford and Fulkerson, *Flows in Networks*, 1962).
 """
 
 from __future__ import annotations
@@ -53,7 +62,7 @@ from memopt.errors import OptionError, require
 from memopt.remat.checker import check_plan
 from memopt.remat.plan import FREE, RUN, RematPlan, evaluate_plan
 
-__all__ = ["MAX_LEVELS", "FeasibilityResult", "feasible_plan"]
+__all__ = ["MAX_LEVELS", "FeasibilityResult", "LastRunBound", "feasible_plan", "last_run_bound"]
 
 # run counts are compared as bit masks per level (count >= j): one mask per level
 MAX_LEVELS = 64
@@ -62,13 +71,15 @@ MAX_LEVELS = 64
 class FeasibilityResult(NamedTuple):
     """``status``: ``feasible`` (``plan`` is within the limit and checked), ``infeasible``
     (proved by exhaustion) or ``unknown`` (time or state limit). ``states``: states expanded;
-    ``pruned``: successors dropped as dominated by a visited state."""
+    ``pruned``: successors dropped as dominated by a visited state; ``proof``: for
+    ``infeasible`` without a search, the bound that settled it (:func:`last_run_bound`)."""
 
     status: str
     plan: RematPlan | None
     peak: int | None
     states: int
     pruned: int
+    proof: str | None = None
 
 
 def _maximal_fits(items, budget):
@@ -101,11 +112,157 @@ def _maximal_fits(items, budget):
     return found
 
 
+class LastRunBound(NamedTuple):
+    """A lower bound on the peak of every valid plan, whatever the caps (proofs/remat_treedp.md,
+    Lemma 10). ``value``: the bound; the witness: the op ``reader`` (``None``: the end of the
+    plan, which reads the graph outputs), the ops ``ops`` that feed it, and ``later[i]``: the
+    memory of the last run of ``ops[i]`` before the read if it is the latest of them
+    (``value`` is the least). No witness: ``value`` is the floor it was asked to beat."""
+
+    value: int
+    reader: str | None = None
+    ops: tuple = ()
+    later: tuple = ()
+
+    @property
+    def proof(self) -> str | None:
+        """One line stating the witness, or ``None``."""
+        if not self.ops:
+            return None
+        at = "the end" if self.reader is None else f"op {self.reader!r}"
+        return (f"last runs before {at} (proofs/remat_treedp.md Lemma 10): whichever of "
+                f"{', '.join(map(repr, self.ops))} runs last needs {', '.join(map(str, self.later))} bytes "
+                f"respectively; peak >= {self.value}")
+
+
+def last_run_bound(graph: TensorGraph, at_least: int = 0, max_ops: int = 3, *,
+                   time_limit: float | None = None) -> LastRunBound:
+    """The largest bound of Lemma 10 (proofs/remat_treedp.md) above ``at_least`` over sets of
+    2 to ``max_ops`` ops, with its witness; ``LastRunBound(at_least)`` when none beats it.
+    After ``time_limit`` seconds the best bound found so far is returned (every witness is a
+    proof on its own; the bound is polynomial, ``O((n + 1) · h^max_ops)`` max-flows for ``h``
+    ops heavy enough to matter, but ``h`` can be large on big graphs).
+
+    For an op ``s`` (or the end of the plan) and a set ``A`` of ops with inputs of ``s``
+    descending from each, take the last run of each before a run of ``s``, and the latest
+    of those, of ``q``: every path of tensors from another op of ``A`` to ``s``'s inputs has
+    a tensor live at it or touched by ``q`` (the productions along the path cover the time
+    from that op's last run to ``s``'s), so it needs ``m0(q)`` (its memory with nothing else
+    live) plus a minimum vertex cut; the peak is at least the least of these over ``q``.
+
+    Example: three ops with 20 bytes of workspace and a 5-byte result each, read by ``S``:
+    the last of them runs next to the other two results (any two ops show only 30):
+
+    >>> from memopt.core import Op, Tensor, TensorGraph
+    >>> g = TensorGraph.build(
+    ...     tensors=[Tensor("x", 5), Tensor("y", 5), Tensor("z", 5), Tensor("s", 1, output=True)],
+    ...     ops=[Op("X", (), ("x",), workspace=20), Op("Y", (), ("y",), workspace=20),
+    ...          Op("Z", (), ("z",), workspace=20), Op("S", ("x", "y", "z"), ("s",))])
+    >>> b = last_run_bound(g)
+    >>> b.value, b.reader, b.ops
+    (35, 'S', ('X', 'Y', 'Z'))
+    """
+    from memopt.core.closure import max_flow
+    from memopt.remat.treedp import strict_descendants
+
+    n, T = graph.num_ops, graph.num_tensors
+    size = [int(x) for x in graph.tensor_size]
+    resident = [bool(r) for r in graph.tensor_resident]
+    producer = [int(x) for x in graph.tensor_producer]
+    output = [bool(o) for o in graph.tensor_output]
+    ins = [sorted({int(t) for t in graph.inputs_of(v) if not resident[int(t)]}) for v in range(n)]
+    outs = [sorted({int(t) for t in graph.outputs_of(v)}) for v in range(n)]
+    cons = [sorted({int(u) for u in graph.consumers_of(t)}) for t in range(T)]
+    below = strict_descendants(graph, outs, cons)
+    first_mem = [graph.resident_bytes + sum(size[t] for t in ins[v] + outs[v]) + int(graph.op_workspace[v])
+                 for v in range(n)]
+    touched = [set(ins[v]) | set(outs[v]) for v in range(n)]
+    big = sum(size) + 1
+    best = LastRunBound(int(at_least))
+    deadline = None if time_limit is None else time.perf_counter() + float(time_limit)
+
+    def cut(s, sources, zs, free) -> int:
+        """Least bytes outside ``free`` that meet every tensor path from the outputs of the ops
+        ``sources`` to ``zs`` (a minimum vertex cut; only tensors made by a source or below one,
+        and not by ``s`` or below it, can be on such a path)."""
+        reach = 0
+        for p in sources:
+            reach |= below[p] | 1 << p
+        if s is not None:
+            reach &= ~(below[s] | 1 << s)
+        mine = [x for x in range(T) if producer[x] >= 0 and reach >> producer[x] & 1]
+        node = {x: i for i, x in enumerate(mine)}
+        src, dst = 2 * len(mine), 2 * len(mine) + 1
+        arcs = []
+        for x, i in node.items():
+            arcs.append((2 * i, 2 * i + 1, 0 if x in free or resident[x] else size[x]))  # R counts residents
+            if producer[x] in sources:
+                arcs.append((src, 2 * i, big))
+            if x in zs:
+                arcs.append((2 * i + 1, dst, big))
+            for c in cons[x]:
+                if c != s:
+                    arcs.extend((2 * i + 1, 2 * node[y], big) for y in outs[c] if y in node)
+        tails, heads, caps = zip(*arcs)
+        return max_flow(dst + 1, src, dst, tails, heads, caps)[0]
+
+    readers = [(s, ins[s]) for s in range(n)] + [(None, [t for t in range(T) if output[t] and not resident[t]])]
+    for s, read in readers:
+        if deadline is not None and time.perf_counter() > deadline:
+            break
+        made = {t for t in read if producer[t] >= 0}
+        # Z_p: the inputs of s that descend from p (made by p or a strict descendant of p)
+        feeds = {}
+        for p in range(n):
+            zs = {t for t in made if producer[t] == p or below[p] >> producer[t] & 1}
+            if zs:
+                feeds[p] = zs
+        everything = sum(size[t] for t in made)
+        pair_cut: dict = {}
+
+        def upper(q, others) -> int:
+            """A cut that needs no flow: the separated inputs of s, or the outputs of the
+            sources (every path starts at one), or (3 ops or more) the union of the cuts of
+            single sources already computed."""
+            free = touched[q]
+            zs = set().union(*(feeds[p] for p in others))
+            heads = set().union(*(outs[p] for p in others))
+            ub = min(sum(size[t] for t in zs - free), sum(size[t] for t in heads - free))
+            if len(others) > 1 and all((p, q) in pair_cut for p in others):
+                ub = min(ub, sum(pair_cut[p, q] for p in others))
+            return ub
+
+        for k in range(2, max_ops + 1):
+            # a set can beat the best only with ops whose m0 plus all of s's inputs beats it
+            heavy = [p for p in feeds if first_mem[p] + everything > best.value]
+            for group in itertools.combinations(heavy, k):
+                if deadline is not None and time.perf_counter() > deadline:
+                    return best
+                if any(first_mem[q] + upper(q, [p for p in group if p != q]) <= best.value for q in group):
+                    continue
+                later = []
+                for q in group:
+                    others = [p for p in group if p != q]
+                    c = cut(s, set(others), set().union(*(feeds[p] for p in others)), touched[q])
+                    if k == 2:
+                        pair_cut[others[0], q] = c
+                    later.append(first_mem[q] + c)
+                    if later[-1] <= best.value:
+                        break
+                else:
+                    names = graph.op_names
+                    best = LastRunBound(min(later), None if s is None else names[s],
+                                        tuple(names[q] for q in group), tuple(later))
+    return best
+
+
 def feasible_plan(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit: float | None = None,
-                  max_states: int | None = None, verify: bool = True) -> FeasibilityResult:
+                  max_states: int | None = None, verify: bool = True, use_bound: bool = True) -> FeasibilityResult:
     """Decide whether a plan with peak ``<= memory_limit`` exists within the caps (``cap``:
     one global cap or per-op caps, as :func:`memopt.remat.plan.resolve_caps`); never raises
-    on a hard instance (``unknown`` after ``time_limit`` seconds or ``max_states``)."""
+    on a hard instance (``unknown`` after ``time_limit`` seconds or ``max_states``).
+    ``use_bound``: ``infeasible`` at once when :func:`last_run_bound` exceeds the limit (the
+    tests turn it off to exercise the search alone)."""
     if isinstance(memory_limit, bool) or not isinstance(memory_limit, int):
         raise OptionError(f"memory limit must be an integer number of bytes, got {memory_limit!r}")
     from memopt.remat.treedp import _Instance
@@ -118,6 +275,11 @@ def feasible_plan(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit: f
     if levels > MAX_LEVELS:
         raise OptionError(f"the feasibility search needs caps of at most {MAX_LEVELS - 1} (got a cap of "
                           f"{levels - 1} or none); give a finite cap")
+    # the last runs before a read (Lemma 10) settle some limits without any search
+    share = None if time_limit is None else 0.2 * float(time_limit)
+    bound = last_run_bound(graph, memory_limit, time_limit=share) if use_bound else None
+    if bound is not None and bound.value > memory_limit:
+        return FeasibilityResult("infeasible", None, None, 0, 0, bound.proof)
     size = inst.size
     resident = [bool(r) for r in a[13]]
     ins, outs, cons = inst.ins, inst.outs, inst.cons

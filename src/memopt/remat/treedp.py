@@ -123,9 +123,12 @@ method proves **five** optimal within 10 s (0.6-6.4 s at a load average of about
 26 000 states and 4.2 CPU seconds each): the compiled expansion is 4-6x faster per state than the
 former pure-Python one, and Lemmas 6-7 cut the states 2-23x. One of the five (seed 2 at 0.8)
 needs the cost lower bound to reach the optimum within its share of the limit (about 1.4 CPU
-seconds). The sixth (seed 5 at 0.9) is open: no plan is known (CP-SAT finds none in 120 s,
-nor does the heuristic) and the DP expands a million states without a goal; if that limit is
-infeasible, its proof is an exhaustion of the state space, which no bound here shrinks enough.
+seconds). The sixth (seed 5 at 0.9, limit 51) is infeasible: the DP expands a million states
+without a goal and no search exhausts it, but the last-run bound
+:func:`memopt.remat.feasibility.last_run_bound` (proofs/remat_treedp.md, Lemma 10: whichever
+of two heavy ops feeding the sink runs last holds a cut of the other's branch) shows that every
+plan peaks at 54 or more, and :func:`min_extra_cost` and :func:`treedp_method` answer
+``infeasible`` at once.
 
 Registered as the exact method ``treedp`` of :mod:`memopt.remat.registry` (:func:`treedp_method`).
 """
@@ -172,6 +175,16 @@ class TreeDPResult(NamedTuple):
     states: int
 
 
+def strict_descendants(graph: TensorGraph, outs, cons) -> list[int]:
+    """Per op, its strict descendants in the op DAG as a bit mask (``outs[v]``: the output
+    tensors of op ``v``; ``cons[t]``: the consumers of tensor ``t``)."""
+    below = [0] * graph.num_ops
+    for v in reversed([int(u) for u in graph.topological_order()]):
+        for w in {w for t in outs[v] for w in cons[t]}:
+            below[v] |= below[w] | (1 << w)
+    return below
+
+
 class _Instance:
     """Flat arrays of a tensor graph for the search and its compiled expansion step
     (:mod:`memopt.remat._treedp_kernel`): CSR incidence lists, per-tensor and per-op flags,
@@ -188,14 +201,9 @@ class _Instance:
         outs = [sorted({int(t) for t in graph.outputs_of(v)}) for v in range(n)]
         cons = [sorted({int(u) for u in graph.consumers_of(t)}) for t in range(T)]
         self.size, self.ins, self.outs, self.cons = size, ins, outs, cons
-        # strict descendants of every op, as bit masks (Lemmas 6-7 here, and the feasibility
-        # search's memory of the first runs ahead)
-        below = [0] * n
-        succ = [sorted({w for t in outs[v] for w in cons[t]}) for v in range(n)]
-        for v in reversed([int(u) for u in graph.topological_order()]):
-            for w in succ[v]:
-                below[v] |= below[w] | (1 << w)
-        self.below = below
+        # strict descendants of every op (Lemmas 6-7 here, and the feasibility search's
+        # memory of the first runs ahead)
+        below = self.below = strict_descendants(graph, outs, cons)
         self.zero_out = [[t for t in outs[v] if size[t] == 0] for v in range(n)]
         self.inputs = [t for t in range(T) if graph.tensor_producer[t] < 0 and not resident[t]]
         self.const = graph.resident_bytes
@@ -366,7 +374,7 @@ class _Instance:
 def min_extra_cost(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit: float | None = None,
                    max_states: int | None = None, verify: bool = True, use_bound: bool = True,
                    use_astar: bool = True, incumbent: RematPlan | None = None, cost_lower=0,
-                   prune_held: bool = True) -> TreeDPResult:
+                   prune_held: bool = True, use_last_run: bool = True) -> TreeDPResult:
     """The least extra cost of a plan with peak ``<= memory_limit`` within the caps.
 
     Returns a :class:`TreeDPResult`; ``status == "optimal"`` with a plan that passed the
@@ -374,7 +382,10 @@ def min_extra_cost(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit: 
     exhausted), or ``"time_limit"`` when ``time_limit`` seconds or ``max_states`` expanded
     states ran out first (never raises on a hard instance). ``use_bound``: answer
     ``infeasible`` at once when :func:`memopt.remat.lower_bounds.peak_lower_bound` (without
-    trap cuts) exceeds the limit (the tests turn it off to exercise the search alone).
+    trap cuts) or the last-run bound :func:`memopt.remat.feasibility.last_run_bound`
+    (proofs/remat_treedp.md, Lemma 10) exceeds the limit (the tests turn it off to exercise
+    the search alone; ``use_last_run=False`` skips only the last-run bound, for callers that
+    tried it already).
     ``use_astar``: order the search by extra cost + :meth:`_Instance.rerun_bound` (A*);
     ``False`` is plain Dijkstra (the same optimum, more states: for comparison).
 
@@ -391,8 +402,11 @@ def min_extra_cost(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit: 
         raise OptionError(f"memory limit must be an integer number of bytes, got {memory_limit!r}")
     inst = _Instance(graph, cap, prune_held)
     if use_bound:
+        from memopt.remat.feasibility import last_run_bound
         from memopt.remat.lower_bounds import peak_lower_bound
-        if peak_lower_bound(graph, cap, trap=False) > memory_limit:
+        share = None if time_limit is None else 0.2 * float(time_limit)
+        if peak_lower_bound(graph, cap, trap=False) > memory_limit or \
+                (use_last_run and last_run_bound(graph, memory_limit, time_limit=share).value > memory_limit):
             return TreeDPResult("infeasible", None, None, None, 0)
     deadline = None if time_limit is None else time.perf_counter() + float(time_limit)
     upper, inc = None, None
@@ -501,7 +515,8 @@ def min_peak(graph: TensorGraph, cost_budget, cap=1, *, time_limit: float | None
     with :func:`min_extra_cost`; the least extra cost is non-increasing in the limit).
 
     ``lower`` / ``upper``: a known lower bound on the answer and the peak of a known plan
-    within the budget (defaults: :func:`memopt.remat.lower_bounds.peak_lower_bound` and the
+    within the budget (defaults: :func:`memopt.remat.lower_bounds.peak_lower_bound`, raised by
+    :func:`memopt.remat.feasibility.last_run_bound`, and the
     no-recomputation plan of the graph's topological order). Returns ``status`` ``optimal``
     (peak proved least), or ``time_limit`` with the best plan found so far (``peak`` is then
     an upper bound).
@@ -513,16 +528,20 @@ def min_peak(graph: TensorGraph, cost_budget, cap=1, *, time_limit: float | None
     base = evaluate_plan(graph, base_plan)
     if upper is None or upper > base.peak:
         upper = base.peak
+    tried = lower is None  # then lower includes the last-run bound: the searches need not retry it
     if lower is None:
+        from memopt.remat.feasibility import last_run_bound
         from memopt.remat.lower_bounds import peak_lower_bound
         lower = peak_lower_bound(graph, cap, cost_budget=cost_budget)
+        share = None if time_limit is None else 0.2 * float(time_limit)
+        lower = last_run_bound(graph, lower, time_limit=share).value  # Lemma 10 holds for every plan
     best = TreeDPResult("feasible", base.extra_cost, base.peak, base_plan, 0) if upper == base.peak else None
     lo, hi = lower, upper
     expanded = 0
     while lo < hi:
         mid = (lo + hi) // 2
         left = None if deadline is None else max(0.0, deadline - time.perf_counter())
-        r = min_extra_cost(graph, mid, cap, time_limit=left, max_states=max_states)
+        r = min_extra_cost(graph, mid, cap, time_limit=left, max_states=max_states, use_last_run=not tried)
         expanded += r.states
         if r.status == "time_limit":
             if best is None:
@@ -549,9 +568,12 @@ def treedp_method(problem, *, question: str, memory_limit=None, cost_budget=None
     :func:`min_peak`, with the common start and finish of every recomputation method (the
     footprint bound, the incumbent, exact re-evaluation of the plan).
 
-    ``min_cost`` is warm-started with up to ``warm_start`` of the time limit: the cost lower
-    bound of :func:`memopt.remat.lower_bounds.cost_lower_bound` and, without an incumbent
-    that fits, the plan of the ``heuristic`` method; the DP then searches only for cheaper
+    ``min_cost`` first tries the last-run bound of
+    :func:`memopt.remat.feasibility.last_run_bound` (proofs/remat_treedp.md, Lemma 10; at most
+    a tenth of the time limit): above the limit, ``infeasible`` at once (stats
+    ``last_run_bound``: the witness). It is then warm-started with up to ``warm_start`` of the
+    time limit: the cost lower bound of :func:`memopt.remat.lower_bounds.cost_lower_bound`
+    and, without an incumbent that fits, the plan of the ``heuristic`` method; the DP then searches only for cheaper
     plans (an incumbent meeting the bound is optimal at once), and on a time-out the answer
     is the incumbent (``feasible``) with the cost lower bound. When no plan within the limit
     is known after the warm start, :func:`memopt.remat.feasibility.feasible_plan` runs first
@@ -567,8 +589,16 @@ def treedp_method(problem, *, question: str, memory_limit=None, cost_budget=None
     caps = list(p.caps)
     stats: dict = {}
     if question == "min_cost":
+        from memopt.remat.feasibility import last_run_bound
         from memopt.remat.lower_bounds import cost_lower_bound
         from memopt.remat.registry import get_method
+
+        # the last runs before a read (proofs/remat_treedp.md Lemma 10): a peak bound that
+        # the footprint bound of start_result does not see, cheap enough to try first
+        bound = last_run_bound(p.graph, st.memory_limit, time_limit=0.1 * float(time_limit))
+        if bound.value > st.memory_limit:
+            st.lower = max(st.lower, bound.value)
+            return finish_result(p, st, None, ("infeasible",), "treedp", t0, {"last_run_bound": bound.proof})
 
         share = max(0.0, float(warm_start)) * float(time_limit)
         lower = 0
@@ -595,7 +625,8 @@ def treedp_method(problem, *, question: str, memory_limit=None, cost_budget=None
             # time (proofs/remat_treedp.md §2.2: exhaustion proves infeasible, which the cost
             # DP cannot do cheaply since it tells states apart by cost)
             left = max(0.0, float(time_limit) - (time.perf_counter() - t0))
-            fz = feasible_plan(p.graph, st.memory_limit, caps, time_limit=feasibility_share * left)
+            # (the last-run bound was tried above)
+            fz = feasible_plan(p.graph, st.memory_limit, caps, time_limit=feasibility_share * left, use_bound=False)
             stats["feasibility"] = {"status": fz.status, "states": fz.states, "pruned": fz.pruned}
             if fz.status == "infeasible":
                 stats["feasibility"]["proof"] = (f"feasibility search exhausted {fz.states} states (dominance, "
@@ -603,7 +634,8 @@ def treedp_method(problem, *, question: str, memory_limit=None, cost_budget=None
                 return finish_result(p, st, None, ("infeasible",), "treedp", t0, stats)
             plan = fz.plan
         remaining = max(0.0, float(time_limit) - (time.perf_counter() - t0))
-        r = min_extra_cost(p.graph, st.memory_limit, caps, time_limit=remaining, incumbent=plan, cost_lower=lower)
+        r = min_extra_cost(p.graph, st.memory_limit, caps, time_limit=remaining, incumbent=plan, cost_lower=lower,
+                           use_last_run=False)  # tried above
         proven = {"optimal": ("cost", r.extra_cost), "infeasible": ("infeasible",)}.get(r.status, ("cost", lower))
     else:
         remaining = max(0.0, float(time_limit) - (time.perf_counter() - t0))
