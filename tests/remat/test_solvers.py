@@ -230,7 +230,10 @@ def test_incumbent_cut_caps_cores_and_decomposition_keep_the_models_exact(seed, 
         # no plan at the optimum's cost is lost when the caps are cut to what it pays for
         p = RematProblem.of(g, cap)
         assert min_extra_cost(g, limit, reduced_caps(p, cost))[0] == cost
-    runs = [(solve_cpsat, {"decompose": False}), (solve_cpsat, {"decompose": True}), (solve_mip, {})]
+    # decompose_share=0.01: the decomposition stops early and the full model runs with the caps
+    # fixed over its no-goods and the no-goods as clauses (Lemma 7')
+    runs = [(solve_cpsat, {"decompose": False}), (solve_cpsat, {"decompose": True}),
+            (solve_cpsat, {"decompose": True, "decompose_share": 0.01}), (solve_mip, {})]
     for solve, kw in runs:
         r = solve(g, "min_cost", memory_limit=limit, cap=cap, time_limit=30, incumbent=inc, **kw)
         if cost is None:
@@ -349,4 +352,83 @@ def test_the_relaxed_oracle_proves_a_three_run_op_optimal_by_a_no_good_on_it_alo
     assert (r.status, r.extra_cost, r.cost_lower_bound) == ("optimal", 3, 3)
     assert r.stats["decomposition"]["relaxed_nogoods"] >= 1
     assert r.stats["solver_status"].startswith("not_run: the decomposition")
+    check_plan(g, r.plan, cap=3, claimed_peak=r.peak, claimed_extra_cost=r.extra_cost)
+
+
+# proofs/remat_exact_models.md, Lemma 7': reduced-cost fixing over no-goods on re-run counts
+@settings(max_examples=20, deadline=None)
+@given(st.integers(0, 10**6), st.integers(1, 2), st.floats(0, 1), st.integers(0, 8), st.integers(0, 2**24))
+def test_caps_fixed_on_the_no_goods_keep_every_plan_below_the_incumbent(seed, cap, where, slack, pick):
+    """No-goods = the cost bound's cores plus random count vectors under which brute force
+    finds no plan within the limit; the caps the probes leave keep the optimum whenever it is
+    below the incumbent's cost (strict), resp. at most it (non-strict)."""
+    from memopt.remat.lower_bounds import cost_lower_bound
+    from memopt.remat.model_common import nogood_fixed_caps, reduced_caps
+
+    g = skewed_graph(seed, 6)
+    floor, p0 = min_peak(g, 10**9, cap)[0], min_peak(g, 0, cap)[0]
+    if floor >= p0:
+        return
+    limit = floor + int(where * (p0 - 1 - floor))
+    cost, _ = min_extra_cost(g, limit, cap)
+    p = RematProblem.of(g, cap)
+    positive = [v for v in range(p.n) if p.costs[v] != 0]
+    nogoods = [{v: 0 for v in core} for core in cost_lower_bound(g, limit, cap, time_limit=5).cores]
+    for k in range(4):
+        Y = {v: (pick >> (2 * (k * p.n + v) % 24)) % (cap + 1) for v in positive}
+        if min_extra_cost(g, limit, [Y.get(v, cap) for v in range(p.n)])[0] is None:
+            nogoods.append(Y)     # no plan re-runs every op within Y: a valid no-good
+    upper = Fraction(cost) + slack
+    strict = nogood_fixed_caps(p, reduced_caps(p, upper), nogoods, upper, strict=True)
+    loose = nogood_fixed_caps(p, reduced_caps(p, cost), nogoods, cost, strict=False)
+    assert all(0 <= a <= b <= cap for a, b in zip(strict, reduced_caps(p, upper)))
+    got = min_extra_cost(g, limit, strict)[0]
+    if slack > 0:
+        assert got == cost
+    else:
+        assert got is None or got == cost
+    assert min_extra_cost(g, limit, loose)[0] == cost
+
+
+def test_no_good_fixing_cuts_what_the_cores_cannot():
+    """held_value_graph(3) under 22 bytes: A (cost 1) must run three times (extra cost 2). The
+    cost bound's core {A} and the no-good "A at most once" (the decomposition proves it) give
+    the probes what the cores alone cannot: below an incumbent of cost 2 nothing is left
+    (every count vector satisfying both costs 2), where the cores keep A at one re-run; below
+    3, A keeps both re-runs and every cost-50 op none."""
+    from memopt.remat.lower_bounds import cost_lower_bound
+    from memopt.remat.model_common import core_fixed_caps, nogood_fixed_caps, reduced_caps
+
+    from conftest import held_value_graph
+
+    g = held_value_graph(3)
+    p = RematProblem.of(g, 2)
+    assert min_extra_cost(g, 22, [1, 2, 2, 2, 2, 2, 2])[0] is None   # A at most once: no plan
+    cores = cost_lower_bound(g, 22, 2, time_limit=5).cores
+    nogoods = [{v: 0 for v in c} for c in cores] + [{0: 1}]
+    assert core_fixed_caps(p, reduced_caps(p, 2), cores, 2) == [1, 0, 0, 0, 0, 0, 0]
+    assert nogood_fixed_caps(p, reduced_caps(p, 2), nogoods, 2) == [0] * 7
+    assert nogood_fixed_caps(p, reduced_caps(p, 3), nogoods, 3) == [2, 0, 0, 0, 0, 0, 0]
+    # the cores alone, as no-goods, cut exactly what core_fixed_caps cuts
+    assert nogood_fixed_caps(p, reduced_caps(p, 2), nogoods[:-1], 2) == [1, 0, 0, 0, 0, 0, 0]
+    assert min_extra_cost(g, 22, [2, 0, 0, 0, 0, 0, 0])[0] == 2
+
+
+def test_the_full_model_after_the_decomposition_uses_its_no_goods_and_proves_the_incumbent_optimal():
+    """held_value_graph(4) under 22 bytes, cap 3, the incumbent re-running A three times (cost
+    3): with almost no time for the decomposition its no-goods are the cost bound's cores; the
+    caps are fixed again over them (A keeps two re-runs below 3, every cost-50 op none) and the
+    strict full model, with the no-goods as clauses, is infeasible: the incumbent is optimal."""
+    from conftest import held_value_graph
+
+    g = held_value_graph(4)
+    p = RematProblem.of(g, 3)
+    incumbent = plan_from_runs(p, [0, 1, 2, 3, 0, 4, 0, 5, 6, 0, 7, 8])
+    r = solve_cpsat(g, "min_cost", memory_limit=22, cap=3, time_limit=60, incumbent=incumbent, decompose=True,
+                    decompose_share=0.0)
+    assert (r.status, r.extra_cost, r.cost_lower_bound) == ("optimal", 3, 3)
+    assert r.stats["decomposition"]["rounds"] == 0
+    assert {k: r.stats["nogood_fixed_caps"][k] for k in ("slots", "ops_that_may_rerun")} == {"slots": 11,
+                                                                                            "ops_that_may_rerun": 1}
+    assert r.stats["solver_status"] == "INFEASIBLE"
     check_plan(g, r.plan, cap=3, claimed_peak=r.peak, claimed_extra_cost=r.extra_cost)

@@ -63,8 +63,8 @@ import time
 from fractions import Fraction
 
 from memopt.remat.model_common import (RematProblem, ancestor_counts, byte_scale, core_fixed_caps, cost_scale,
-                                       finish_result, footprint_bound, model_budget, plan_from_slots, reduced_caps,
-                                       slots_from_plan, start_result, within_caps)
+                                       finish_result, footprint_bound, model_budget, nogood_fixed_caps, plan_from_slots,
+                                       reduced_caps, slots_from_plan, start_result, within_caps)
 
 __all__ = ["solve_cpsat", "cpsat_method"]
 
@@ -96,7 +96,7 @@ FIX_SHARE = 0.1
 def solve_cpsat(problem, question: str, *, memory_limit: int | None = None, cost_budget=None, cap=1,
                 time_limit: float = 10.0, incumbent=None, seed: int = 0, num_workers: int = 2,
                 cost_bound=None, bound_time: float | None = None, decompose: bool = False,
-                restrict: bool = True, first_solution: bool = False):
+                restrict: bool = True, first_solution: bool = False, decompose_share: float | None = None):
     """Solve ``question`` exactly with CP-SAT within ``time_limit`` seconds; a
     :class:`~memopt.remat.result.RematResult` (see :func:`memopt.remat.mip.solve_mip`).
 
@@ -113,9 +113,10 @@ def solve_cpsat(problem, question: str, *, memory_limit: int | None = None, cost
     optimal; ``proofs/remat_exact_models.md`` §3b).
     With ``decompose`` it then runs the implicit-hitting-set loop of :func:`_decompose`
     (small models with cut caps, and the relaxed graph of the ops a count vector does not
-    re-run, as the oracles) for ``DECOMPOSE_SHARE`` of the time and gives the full model the
-    rest. Caps are cut to what the incumbent's cost (or the budget) allows
-    (:func:`~memopt.remat.model_common.reduced_caps`)."""
+    re-run, as the oracles) for ``decompose_share`` of the time (default ``DECOMPOSE_SHARE``)
+    and gives the full model the rest, with its caps fixed again over the decomposition's
+    no-goods and these no-goods as clauses (Lemma 7'). Caps are cut to what the incumbent's
+    cost (or the budget) allows (:func:`~memopt.remat.model_common.reduced_caps`)."""
     from ortools.sat.python import cp_model
 
     t0 = time.perf_counter()
@@ -126,6 +127,7 @@ def solve_cpsat(problem, question: str, *, memory_limit: int | None = None, cost
     stats: dict = {}
     cb = None
     fixed = strict = None   # strict: the model looks only for plans cheaper than this cost
+    nogoods: list = []      # the decomposition's no-goods (Theorem 4): clauses of the full model
     if question == "min_cost":
         from memopt.remat.lower_bounds import cost_lower_bound
 
@@ -160,7 +162,8 @@ def solve_cpsat(problem, question: str, *, memory_limit: int | None = None, cost
                                    "ops_that_may_rerun": sum(1 for k in fixed if k > 0)}
         if decompose and cost_scale(full)[2]:
             cb = _decompose(full if fixed is None else RematProblem.of(full, fixed), early, cb,
-                            t0 + DECOMPOSE_SHARE * float(time_limit), seed, num_workers, stats)
+                            t0 + (DECOMPOSE_SHARE if decompose_share is None else float(decompose_share))
+                            * float(time_limit), seed, num_workers, stats, nogoods)
             if strict is not None and cb.value is not None and Fraction(cb.value) > strict:
                 # over the fixed caps the master bounds the plans cheaper than the incumbent only
                 cb = cb._replace(value=strict if strict.denominator > 1 else int(strict))
@@ -175,6 +178,15 @@ def solve_cpsat(problem, question: str, *, memory_limit: int | None = None, cost
         fixed = core_fixed_caps(full, reduced_caps(full, early.incumbent_cost), cb.cores, early.incumbent_cost,
                                 strict=True, deadline=time.perf_counter() + FIX_SHARE * float(time_limit))
         strict = Fraction(early.incumbent_cost)
+    if strict is not None and nogoods:
+        # reduced-cost fixing over the decomposition's no-goods (Lemma 7'): the probes of its
+        # master cut the re-runs that no count vector below the incumbent's cost allows
+        t_fix = time.perf_counter()
+        fixed = nogood_fixed_caps(full, fixed, nogoods, strict, strict=True,
+                                  deadline=t_fix + FIX_SHARE * float(time_limit))
+        stats["nogood_fixed_caps"] = {"slots": sum(1 + k for k in fixed),
+                                      "ops_that_may_rerun": sum(1 for k in fixed if k > 0),
+                                      "seconds": round(time.perf_counter() - t_fix, 3)}
     caps = reduced_caps(full, model_budget(early))
     if strict is not None:
         caps = [min(a, b) for a, b in zip(caps, fixed)]
@@ -344,6 +356,10 @@ def solve_cpsat(problem, question: str, *, memory_limit: int | None = None, cost
         # (proofs/remat_cost_bounds.md): implied constraints that the search cannot derive
         for core in cb.cores:
             m.add_bool_or([pres[v][1] for v in core if K[v] > 1])
+        # the decomposition's no-goods: every plan kept (cheaper than the incumbent under the
+        # fixed caps) re-runs some op more often than the no-good allows (Theorem 4, Lemma 7')
+        for ng in nogoods:
+            m.add_bool_or([pres[v][y + 1] for v, y in ng.items() if y + 1 < K[v]])
         if exact and terms:
             m.add(extra >= math.ceil(Fraction(cb.value) * factor))
             if strict is not None:
@@ -422,7 +438,8 @@ def _try_caps(full: RematProblem, early, caps, time_limit: float, seed: int, num
     return None
 
 
-def _decompose(full: RematProblem, early, cb, deadline: float, seed: int, num_workers: int, stats: dict):
+def _decompose(full: RematProblem, early, cb, deadline: float, seed: int, num_workers: int, stats: dict,
+               nogoods_out: list | None = None):
     """Implicit hitting sets over re-run counts, with this model as the exact oracle.
 
     A plan's *count vector* ``z`` gives the re-runs of each positive-cost op; its extra cost
@@ -444,7 +461,8 @@ def _decompose(full: RematProblem, early, cb, deadline: float, seed: int, num_wo
     Lemma 9), a no-good free on every other op (on VGG19 at 0.8 it decides the instance in
     two rounds: one op must run three times, which the cores cannot see).
     Returns the strengthened bound (its ``cores`` unchanged); ``early``'s incumbent is
-    updated in place. Proof: ``proofs/remat_cost_bounds.md``, Theorem 4."""
+    updated in place; the no-goods (cores included) are appended to ``nogoods_out``.
+    Proof: ``proofs/remat_cost_bounds.md``, Theorem 4."""
     from ortools.sat.python import cp_model
 
     from memopt.remat.lower_bounds import CostBound, relaxed_graph, relaxed_trap_exceeds
@@ -579,6 +597,8 @@ def _decompose(full: RematProblem, early, cb, deadline: float, seed: int, num_wo
         nogoods.append(Y)
     stats["decomposition"] = {"rounds": rounds, "checks": checks, "nogoods": len(nogoods), "relaxed_nogoods": relaxed,
                               "bound": lb}
+    if nogoods_out is not None:
+        nogoods_out.extend(nogoods)
     lb = int(lb) if lb.denominator == 1 else lb
     return CostBound(lb, cb.cores, (), False, cb.complete, cb.evaluations)
 

@@ -46,7 +46,7 @@ from memopt.errors import MemoptError, OptionError, ScheduleError
 
 __all__ = ["RematProblem", "MAX_CAP", "footprint_bound", "byte_scale", "cost_scale", "plan_from_runs",
            "plan_from_slots", "slots_from_plan", "evaluate", "QUESTIONS", "reduced_caps", "model_budget",
-           "core_fixed_caps", "within_caps"]
+           "core_fixed_caps", "nogood_fixed_caps", "within_caps"]
 
 #: the largest per-op cap the slot models accept (a model has ``sum (1 + k)`` slots)
 MAX_CAP = 64
@@ -370,6 +370,92 @@ def core_fixed_caps(p: RematProblem, caps, cores, incumbent_cost, *, strict: boo
                     live = live_cores()
                     if live is None:
                         return nothing_below
+    return caps
+
+
+def nogood_fixed_caps(p: RematProblem, caps, nogoods, incumbent_cost, *, strict: bool = True,
+                      deadline: float = float("inf"), probe_seconds: float = 2.0) -> list[int]:
+    """Reduced-cost fixing over *no-goods on re-run counts* (Lemma 7'; generalises
+    :func:`core_fixed_caps`, whose cores are the no-goods "0 on the core").
+
+    A no-good is a mapping ``Y`` from positive-cost ops to counts: every plan to be kept (within
+    the limit and ``caps``, of extra cost below ``incumbent_cost`` when ``strict``, at most it
+    otherwise) re-runs some op ``v`` of ``Y`` more than ``Y[v]`` times — the cores of the cost
+    bound and the no-goods of :func:`memopt.remat.cpsat._decompose` are such. For each op ``v``
+    and ``z = 1..caps[v]`` the *probe* is the least ``sum c(u) y(u)`` over count vectors
+    ``0 <= y <= caps`` that satisfy every no-good and have ``y(v) >= z``, a lower bound on the
+    extra cost of every kept plan that re-runs ``v`` at least ``z`` times (CP-SAT with the
+    assumption ``y(v) >= z``; its objective bound is used when a probe runs out of
+    ``probe_seconds``). The least ``z`` whose probe reaches ``incumbent_cost`` (``>= U``
+    strict, ``> U`` otherwise) cuts ``caps[v]`` to ``z - 1``; repeated until nothing changes
+    or ``deadline``. Probes for ``(v, z)`` that the master's own optimum already satisfies
+    cannot cut (that optimum is below ``U`` or everything is cut) and are skipped. A no-good
+    without any op that may still re-run past its count leaves no plan to keep: every
+    positive-cost cap becomes 0. Zero-cost ops keep their caps. Argument:
+    ``proofs/remat_exact_models.md``, Lemma 7'."""
+    import time
+
+    from ortools.sat.python import cp_model
+
+    caps = list(caps)
+    scaled, factor, _ = cost_scale(p)     # floor-scaled: probes stay lower bounds when inexact
+    U = Fraction(incumbent_cost) * factor
+    pos = [v for v in range(p.n) if caps[v] > 0 and p.costs[v] != 0]
+    nothing_below = [k if p.costs[v] == 0 else 0 for v, k in enumerate(caps)]
+
+    def reaches(units) -> bool:
+        return units >= U if strict else units > U
+
+    m = cp_model.CpModel()
+    b = {v: [m.new_bool_var(f"y{v}_{j}") for j in range(caps[v])] for v in pos}   # b[v][j]: y(v) > j
+    for v in pos:
+        for j in range(1, caps[v]):
+            m.add_implication(b[v][j], b[v][j - 1])
+    for ng in nogoods:
+        lits = [b[v][y] for v, y in dict(ng).items() if v in b and y < caps[v]]
+        if not lits:
+            return nothing_below
+        m.add_bool_or(lits)
+    m.minimize(sum(scaled[v] * x for v in pos for x in b[v]))
+
+    def solve(assume=None):
+        """``(lower bound in scaled units or None if infeasible, the solution's y or None)``"""
+        m.clear_assumptions()
+        if assume is not None:
+            m.add_assumptions([assume])
+        solver = cp_model.CpSolver()
+        solver.parameters.max_time_in_seconds = max(0.01, min(probe_seconds, deadline - time.perf_counter()))
+        solver.parameters.num_workers = 1
+        st = solver.solve(m)
+        if st == cp_model.INFEASIBLE:
+            return None, None
+        y = None
+        if st in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            y = {v: sum(solver.boolean_value(x) for x in b[v]) for v in pos}
+        bound = solver.best_objective_bound
+        return (math.ceil(bound - 1e-6) if math.isfinite(bound) else 0), y
+
+    changed = True
+    while changed and time.perf_counter() < deadline:
+        changed = False
+        best, y_best = solve()
+        if best is None or reaches(best):
+            return nothing_below        # no count vector below U: no plan to keep
+        for v in pos:
+            if time.perf_counter() >= deadline:
+                break
+            for z in range(1, caps[v] + 1):
+                if y_best is not None and y_best[v] >= z:
+                    continue            # the master's optimum re-runs v z times and is below U
+                bound, _ = solve(b[v][z - 1])
+                if time.perf_counter() >= deadline and bound is not None and not reaches(bound):
+                    break
+                if bound is None or reaches(bound):
+                    for j in range(z - 1, caps[v]):
+                        m.add(b[v][j] == 0)
+                    caps[v] = z - 1
+                    changed = True
+                    break
     return caps
 
 
