@@ -62,6 +62,11 @@ __all__ = ["remat", "ParetoResult"]
 #: incumbent's cost (or the budget) allows (copies x slots grows as its square)
 AUTO_EXACT_SLOTS = 600
 
+#: the share of the time left after the heuristic that ``auto`` gives the cost lower bound
+#: before CP-SAT (which would give it a quarter of its own time): with the scheduler as its
+#: last oracle the bound is what decides the random layered graphs (proofs/remat_cost_bounds.md §6)
+AUTO_BOUND_SHARE = 0.4
+
 
 @dataclass(frozen=True)
 class ParetoResult:
@@ -234,10 +239,17 @@ class _Call:
         budget = cost_budget if question == "min_peak" else (best.extra_cost if inc is not None else None)
         slots = sum(1 + k for k in reduced_caps(p, budget))
         if _open(best, lower) and slots <= AUTO_EXACT_SLOTS:
+            cb = None
+            if question == "min_cost":
+                from memopt.remat.lower_bounds import cost_lower_bound
+
+                cb = cost_lower_bound(p.graph, memory_limit, list(p.caps),
+                                      time_limit=AUTO_BOUND_SHARE * max(0.0, budget_end - time.perf_counter()),
+                                      stop_at=None if inc is None else best.extra_cost)
             e = get_method("cpsat").load()(p, question=question, memory_limit=memory_limit, cost_budget=cost_budget,
                                            cap=list(p.caps),
                                            time_limit=max(0.0, budget_end - time.perf_counter()),
-                                           incumbent=inc, seed=self.seed)
+                                           incumbent=inc, seed=self.seed, cost_bound=cb)
             parts["cpsat"] = e.status
             best = _merge(question, best, e)
         elif _open(best, lower) and question == "min_cost":
