@@ -262,23 +262,27 @@ def test_an_incumbent_that_meets_the_cost_bound_needs_no_search():
 # proofs/remat_exact_models.md, Lemma 7: caps fixed on the cores keep every plan cheaper
 # than the incumbent; the strict model proves the incumbent optimal by being infeasible
 @settings(max_examples=20, deadline=None)
-@given(st.integers(0, 10**6), st.integers(1, 2), st.floats(0, 1), st.integers(0, 8))
-def test_caps_fixed_on_the_cores_keep_every_plan_below_the_incumbent(seed, cap, where, slack):
-    from memopt.remat.lower_bounds import cost_lower_bound
-    from memopt.remat.model_common import core_fixed_caps, reduced_caps
 
+def _rerun_case(seed, cap, where):
+    """A skewed 6-op graph and a limit below its no-recomputation optimum that some plan meets
+    (re-runs are needed; ``where`` in [0, 1] places it), with the least extra cost there."""
     g = skewed_graph(seed, 6)
-    # a limit below the no-recomputation optimum that some plan meets: re-runs are needed
     floor, p0 = min_peak(g, 10**9, cap)[0], min_peak(g, 0, cap)[0]
     if floor >= p0:
-        return
+        return None
     limit = floor + int(where * (p0 - 1 - floor))
-    cost, _ = min_extra_cost(g, limit, cap)
-    p = RematProblem.of(g, cap)
-    cb = cost_lower_bound(g, limit, cap, time_limit=5)
+    return g, RematProblem.of(g, cap), limit, min_extra_cost(g, limit, cap)[0]
+
+
+def _check_fixed_caps(g, p, limit, cap, cost, slack, fix):
+    """``fix(caps, incumbent_cost, strict)`` cuts caps; with an incumbent ``slack`` above the
+    optimum the strict caps keep an optimal plan (none left when ``slack`` is 0 is allowed too),
+    and the non-strict caps at the optimum's own cost keep it."""
+    from memopt.remat.model_common import reduced_caps
+
     upper = Fraction(cost) + slack
-    strict = core_fixed_caps(p, reduced_caps(p, upper), cb.cores, upper, strict=True)
-    loose = core_fixed_caps(p, reduced_caps(p, cost), cb.cores, cost, strict=False)
+    strict = fix(reduced_caps(p, upper), upper, True)
+    loose = fix(reduced_caps(p, cost), cost, False)
     assert all(0 <= a <= b <= cap for a, b in zip(strict, reduced_caps(p, upper)))
     # the optimum costs below ``upper`` when slack > 0: the strict caps keep it
     got = min_extra_cost(g, limit, strict)[0]
@@ -287,6 +291,19 @@ def test_caps_fixed_on_the_cores_keep_every_plan_below_the_incumbent(seed, cap, 
     else:
         assert got is None or got == cost
     assert min_extra_cost(g, limit, loose)[0] == cost
+
+@given(st.integers(0, 10**6), st.integers(1, 2), st.floats(0, 1), st.integers(0, 8))
+def test_caps_fixed_on_the_cores_keep_every_plan_below_the_incumbent(seed, cap, where, slack):
+    from memopt.remat.lower_bounds import cost_lower_bound
+    from memopt.remat.model_common import core_fixed_caps
+
+    case = _rerun_case(seed, cap, where)
+    if case is None:
+        return
+    g, p, limit, cost = case
+    cb = cost_lower_bound(g, limit, cap, time_limit=5)
+    _check_fixed_caps(g, p, limit, cap, cost, slack,
+                      lambda caps, u, strict: core_fixed_caps(p, caps, cb.cores, u, strict=strict))
 
 
 def test_core_fixing_keeps_only_the_runs_below_the_incumbent_and_the_model_proves_it_optimal():
@@ -363,31 +380,20 @@ def test_caps_fixed_on_the_no_goods_keep_every_plan_below_the_incumbent(seed, ca
     finds no plan within the limit; the caps the probes leave keep the optimum whenever it is
     below the incumbent's cost (strict), resp. at most it (non-strict)."""
     from memopt.remat.lower_bounds import cost_lower_bound
-    from memopt.remat.model_common import nogood_fixed_caps, reduced_caps
+    from memopt.remat.model_common import nogood_fixed_caps
 
-    g = skewed_graph(seed, 6)
-    floor, p0 = min_peak(g, 10**9, cap)[0], min_peak(g, 0, cap)[0]
-    if floor >= p0:
+    case = _rerun_case(seed, cap, where)
+    if case is None:
         return
-    limit = floor + int(where * (p0 - 1 - floor))
-    cost, _ = min_extra_cost(g, limit, cap)
-    p = RematProblem.of(g, cap)
+    g, p, limit, cost = case
     positive = [v for v in range(p.n) if p.costs[v] != 0]
     nogoods = [{v: 0 for v in core} for core in cost_lower_bound(g, limit, cap, time_limit=5).cores]
     for k in range(4):
         Y = {v: (pick >> (2 * (k * p.n + v) % 24)) % (cap + 1) for v in positive}
         if min_extra_cost(g, limit, [Y.get(v, cap) for v in range(p.n)])[0] is None:
             nogoods.append(Y)     # no plan re-runs every op within Y: a valid no-good
-    upper = Fraction(cost) + slack
-    strict = nogood_fixed_caps(p, reduced_caps(p, upper), nogoods, upper, strict=True)
-    loose = nogood_fixed_caps(p, reduced_caps(p, cost), nogoods, cost, strict=False)
-    assert all(0 <= a <= b <= cap for a, b in zip(strict, reduced_caps(p, upper)))
-    got = min_extra_cost(g, limit, strict)[0]
-    if slack > 0:
-        assert got == cost
-    else:
-        assert got is None or got == cost
-    assert min_extra_cost(g, limit, loose)[0] == cost
+    _check_fixed_caps(g, p, limit, cap, cost, slack,
+                      lambda caps, u, strict: nogood_fixed_caps(p, caps, nogoods, u, strict=strict))
 
 
 def test_no_good_fixing_cuts_what_the_cores_cannot():

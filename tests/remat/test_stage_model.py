@@ -136,15 +136,22 @@ def _random_fitting_staged(p, order, limit, rng):
     return fits[int(rng.integers(len(fits)))] if fits else None
 
 
-@settings(max_examples=40, deadline=None)
-@given(st.integers(0, 10**6))
-def test_hint_is_a_solution_and_never_dearer(seed):
+def _fitting_case(seed):
+    """A random case and a random staged sequence that fits its limit (``None`` if none fits)."""
     g, order, cap, rng = _case(seed)
     p = RematProblem.of(g, cap)
     limit = _limit(p, order, rng)
     hint = _random_fitting_staged(p, order, limit, rng)
-    if hint is None:
+    return None if hint is None else (g, order, cap, p, limit, hint)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 10**6))
+def test_hint_is_a_solution_and_never_dearer(seed):
+    case = _fitting_case(seed)
+    if case is None:
         return
+    g, order, cap, p, limit, hint = case
     hint_cost = evaluate(p, plan_from_runs(p, staged_runs(order, staged_reruns(p, hint, order))))[1]
     assert Fraction(hint_cost) <= Fraction(evaluate(p, plan_from_runs(p, hint))[1])
     n = len(order)
@@ -165,12 +172,10 @@ def test_hint_is_a_solution_and_never_dearer(seed):
 @settings(max_examples=30, deadline=None)
 @given(st.integers(0, 10**6))
 def test_window_over_everything_is_the_full_model(seed):
-    g, order, cap, rng = _case(seed)
-    p = RematProblem.of(g, cap)
-    limit = _limit(p, order, rng)
-    hint = _random_fitting_staged(p, order, limit, rng)
-    if hint is None:
+    case = _fitting_case(seed)
+    if case is None:
         return
+    g, order, cap, p, limit, hint = case
     full = solve_stages(p, hint, limit, time_limit=20, strict=False)
     whole = solve_stages(p, hint, limit, time_limit=20, strict=False, window=(0, len(order) + 1))
     assert full["status"] == whole["status"] == "optimal"
