@@ -67,6 +67,11 @@ AUTO_EXACT_SLOTS = 600
 #: last oracle the bound is what decides the random layered graphs (proofs/remat_cost_bounds.md §6)
 AUTO_BOUND_SHARE = 0.4
 
+#: the share of ``auto``'s time for the heuristic when no plan fits the limit yet (everything
+#: after builds on its plan; 0.6 before the cost bound got its own share: on ResNet50 at 0.9
+#: CP-SAT then lacked the time to find its 440 plan)
+AUTO_HEURISTIC_SHARE = 0.45
+
 
 @dataclass(frozen=True)
 class ParetoResult:
@@ -227,7 +232,7 @@ class _Call:
         parts = {}
         if best is None or (question == "min_peak" and best.peak > lower):
             # without any plan within the limit the heuristic is what the rest builds on: more time
-            share = 0.6 if best is None else 0.3
+            share = AUTO_HEURISTIC_SHARE if best is None else 0.3
             h = get_method("heuristic").load()(p, question=question, memory_limit=memory_limit,
                                                cost_budget=cost_budget, cap=list(p.caps),
                                                time_limit=share * max(0.0, budget_end - time.perf_counter()),
