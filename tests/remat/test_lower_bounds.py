@@ -252,13 +252,16 @@ def test_cost_bound_with_pair_oracle_never_exceeds_the_least_extra_cost(args):
 def test_pair_oracle_finds_the_core_the_single_traps_miss():
     """A random 6-op graph (seed 58) whose forward trap (104) is below its pair trap (121):
     at the limit 120 the single traps of G see no need to re-run anything (bound 0), the pair
-    trap does, and the cost bound it gives (3) is the exhaustive optimum."""
+    trap does, and the cost bound it gives (3) is the exhaustive optimum. So does the
+    scheduler's level with the pair traps off (that level was skipped then, once)."""
     from memopt.bounds.trap import forward_trap_bound, pair_trap_bound
 
     rng = np.random.default_rng(58)
     g = random_tensor_graph(rng, int(rng.integers(4, 8)), max_size=30, edge_prob=0.3)
     assert (forward_trap_bound(g).value, pair_trap_bound(g).value) == (104, 121)
-    assert cost_lower_bound(g, 120, 1, pair_time=0).value == 0
+    assert cost_lower_bound(g, 120, 1, pair_time=0, exact_time=0).value == 0
+    # without pair traps the scheduler's proved bound (the last level) sees it too
+    assert cost_lower_bound(g, 120, 1, pair_time=0).value == 3
     cb = cost_lower_bound(g, 120, 1, pair_time=5)
     assert cb.value == 3 and cb.cores
     assert bf.min_extra_cost(g, 120, 1)[0] == 3

@@ -49,7 +49,7 @@ spikes** (:func:`rerun_graph`, ``proofs/remat_cost_bounds.md`` §5): a plan that
 ``v``'s output; ``G_{S,Y}`` adds an op for that moment for each ``v`` of ``Y``, and a trap above
 the limit yields the clause "re-run an op outside ``S``, or do not re-run some op of ``Y``"
 (the hitting set becomes a small weighted SAT problem). On ``random_layered_n100`` at 0.9,
-cap 2, the bound goes from 226 (``G_{68}`` fits) to 400 and more.
+cap 2, the bound goes from 226 (``G_{68}`` fits) to 444.
 
 Example (``A`` makes ``a``, 6 bytes, read again by the last op ``Z``; the big op ``B`` runs
 in between; re-running ``A`` costs 5):
@@ -416,25 +416,24 @@ def relaxed_trap_exceeds(graph: TensorGraph, rerun, limit: int, *, deadline: flo
 
     if graph.num_ops == 0:
         return int(graph.resident_bytes) > limit
-    dags = [graph_to_dag(relaxed_graph(graph, rerun)).dag]
+    graphs = [relaxed_graph(graph, rerun)]
+    dags = [graph_to_dag(graphs[0]).dag]
     if forward_trap_exceeds(dags[0], limit, deadline=deadline):
         return True
     if held_inputs:
         strong = held_inputs_graph(graph, rerun)
         if strong.num_tensors > graph.num_tensors:  # some input is held: a different graph
+            graphs.insert(0, strong)
             dags.insert(0, graph_to_dag(strong).dag)
             if forward_trap_exceeds(dags[0], limit, deadline=deadline):
                 return True
     for d in dags:
         budget = min(float(pair_time), deadline - time.perf_counter())
         if budget <= 0:
-            return False
+            break  # no time for pair traps; the scheduler's level below may still have some
         if d.n <= MAX_PAIR_NODES and int(pair_trap_bound(d, time_limit=budget, target=int(limit) + 1).value) > limit:
             return True
     if exact_time > 0:
-        graphs = [relaxed_graph(graph, rerun)]
-        if held_inputs and len(dags) > 1:
-            graphs.insert(0, held_inputs_graph(graph, rerun))
         for g in graphs:
             if _scheduled_above(g, limit, min(float(exact_time), deadline - time.perf_counter())):
                 return True
