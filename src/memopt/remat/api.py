@@ -64,7 +64,7 @@ AUTO_EXACT_SLOTS = 600
 
 #: the share of the time left after the heuristic that ``auto`` gives the cost lower bound
 #: before CP-SAT (which would give it a quarter of its own time): with the scheduler as its
-#: last oracle the bound is what decides the random layered graphs (proofs/remat_cost_bounds.md §6)
+#: last oracle the bound is what decides the random layered graphs (proofs/remat_cost_bounds.md §5)
 AUTO_BOUND_SHARE = 0.4
 
 #: the share of ``auto``'s time for the heuristic when no plan fits the limit yet (everything

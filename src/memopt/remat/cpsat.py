@@ -63,6 +63,7 @@ import time
 from fractions import Fraction
 
 from memopt.remat.model_common import (RematProblem, ancestor_counts, byte_scale, core_fixed_caps, cost_scale,
+                                       count_vector_model,
                                        finish_result, footprint_bound, model_budget, nogood_fixed_caps, plan_from_slots,
                                        reduced_caps, slots_from_plan, start_result, within_caps)
 
@@ -518,16 +519,7 @@ def _decompose(full: RematProblem, early, cb, deadline: float, seed: int, num_wo
 
     def master():
         top = reduced_caps(full, early.incumbent_cost) if early.incumbent is not None else list(full.caps)
-        m = cp_model.CpModel()
-        b = {v: [m.new_bool_var(f"y{v}_{j}") for j in range(top[v])] for v in pos}
-        for v in pos:
-            for j in range(1, top[v]):
-                m.add_implication(b[v][j], b[v][j - 1])
-        for ng in nogoods:
-            m.add_bool_or([b[v][ng[v]] for v in pos if ng[v] < top[v]])
-        obj = sum(scaled[v] * x for v in pos for x in b[v])
-        if not isinstance(obj, int):
-            m.minimize(obj)
+        m, b = count_vector_model(pos, top, nogoods, scaled)
         solver = cp_model.CpSolver()
         solver.parameters.max_time_in_seconds = max(0.05, deadline - time.perf_counter())
         solver.parameters.num_workers = 2

@@ -46,7 +46,7 @@ from memopt.errors import MemoptError, OptionError, ScheduleError
 
 __all__ = ["RematProblem", "MAX_CAP", "footprint_bound", "byte_scale", "cost_scale", "plan_from_runs",
            "plan_from_slots", "slots_from_plan", "evaluate", "QUESTIONS", "reduced_caps", "model_budget",
-           "core_fixed_caps", "nogood_fixed_caps", "within_caps"]
+           "core_fixed_caps", "count_vector_model", "nogood_fixed_caps", "within_caps"]
 
 #: the largest per-op cap the slot models accept (a model has ``sum (1 + k)`` slots)
 MAX_CAP = 64
@@ -373,6 +373,27 @@ def core_fixed_caps(p: RematProblem, caps, cores, incumbent_cost, *, strict: boo
     return caps
 
 
+def count_vector_model(pos, caps, nogoods, scaled):
+    """The CP-SAT model over re-run *count vectors* shared by the decomposition's master
+    (:func:`memopt.remat.cpsat._decompose`) and :func:`nogood_fixed_caps`: ``b[v][j]`` (``v``
+    in ``pos``, ``j < caps[v]``) means ``y(v) > j``; every no-good ``Y`` (a mapping op ->
+    count) is met by some ``y(v) > Y[v]``, and the objective is ``sum scaled[v] y(v)``. A
+    no-good that no op may still exceed makes the model infeasible. Returns ``(model, b)``."""
+    from ortools.sat.python import cp_model
+
+    m = cp_model.CpModel()
+    b = {v: [m.new_bool_var(f"y{v}_{j}") for j in range(caps[v])] for v in pos}
+    for v in pos:
+        for j in range(1, caps[v]):
+            m.add_implication(b[v][j], b[v][j - 1])
+    for ng in nogoods:
+        m.add_bool_or([b[v][y] for v, y in dict(ng).items() if v in b and y < len(b[v])])
+    obj = sum(scaled[v] * x for v in pos for x in b[v])
+    if not isinstance(obj, int):  # no variable at all: nothing to minimise
+        m.minimize(obj)
+    return m, b
+
+
 def nogood_fixed_caps(p: RematProblem, caps, nogoods, incumbent_cost, *, strict: bool = True,
                       deadline: float = float("inf"), probe_seconds: float = 2.0) -> list[int]:
     """Reduced-cost fixing over *no-goods on re-run counts* (Lemma 7'; generalises
@@ -406,17 +427,7 @@ def nogood_fixed_caps(p: RematProblem, caps, nogoods, incumbent_cost, *, strict:
     def reaches(units) -> bool:
         return units >= U if strict else units > U
 
-    m = cp_model.CpModel()
-    b = {v: [m.new_bool_var(f"y{v}_{j}") for j in range(caps[v])] for v in pos}   # b[v][j]: y(v) > j
-    for v in pos:
-        for j in range(1, caps[v]):
-            m.add_implication(b[v][j], b[v][j - 1])
-    for ng in nogoods:
-        lits = [b[v][y] for v, y in dict(ng).items() if v in b and y < caps[v]]
-        if not lits:
-            return nothing_below
-        m.add_bool_or(lits)
-    m.minimize(sum(scaled[v] * x for v in pos for x in b[v]))
+    m, b = count_vector_model(pos, caps, nogoods, scaled)   # a no-good with no op left: infeasible
 
     def solve(assume=None):
         """``(lower bound in scaled units or None if infeasible, the solution's y or None)``"""
