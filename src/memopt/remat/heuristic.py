@@ -372,13 +372,7 @@ def improve_runs(p: RematProblem, runs, question: str, *, memory_limit=None, cos
 
 def _drop_unneeded(p: RematProblem, runs, memory_limit, deadline):
     """Remove re-runs (costliest first) while the plan still fits the limit."""
-    seen = set()
-    rerun_pos = []
-    for i, v in enumerate(runs):
-        if v in seen:
-            rerun_pos.append(i)
-        seen.add(v)
-    for i in sorted(rerun_pos, key=lambda i: -Fraction(p.costs[runs[i]])):
+    for i in sorted(_rerun_positions(runs), key=lambda i: -Fraction(p.costs[runs[i]])):
         if time.perf_counter() >= deadline:
             break
         new = runs[:i] + [-1] + runs[i + 1:]
