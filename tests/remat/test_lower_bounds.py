@@ -207,6 +207,9 @@ def test_min_hitting_set_equals_exhaustive_search(args):
     if best is not None:
         assert all(set(hs) & set(core) for core in cores)
         assert sum(costs[v] for v in hs) == best
+        # an upper bound at the optimum itself leaves out only ops no cheapest set holds
+        value, hs, optimal = min_hitting_set(cores, costs, time.perf_counter() + 20, upper=best)
+        assert optimal and value == best and all(set(hs) & set(core) for core in cores)
 
 
 # ---------------------------------------------------------------------------- the pair trap as the oracle
@@ -397,3 +400,68 @@ def test_spike_clause_raises_the_bound_to_the_exhaustive_optimum():
     S = [v for v in range(g.num_ops) if v not in (0, 2, 4)]
     assert schedule(relaxed_graph(g, S), time_limit=5).peak <= limit
     assert schedule(rerun_graph(g, S, [3]), time_limit=5).lower_bound > limit
+
+
+# ---------------------------------------------------------------------------- the oracle's fast paths
+# cost_lower_bound asks thousands of questions about relaxed graphs of one graph; their DAGs
+# get their reachability from the graph's op ancestors (_relaxed_dag) and the relaxed sizes
+# and workspaces are computed in bulk: both must equal the definitions they shortcut
+
+
+@SETTINGS
+@given(st.tuples(st.integers(0, 2**32 - 1), st.integers(1, 8), st.integers(0, 2**20), st.booleans()))
+def test_relaxed_dag_reachability_equals_a_fresh_computation(args):
+    import dataclasses
+
+    from memopt.core.signed_dag import graph_to_dag
+    from memopt.core.structure import ancestor_matrix, reachability
+    from memopt.remat.lower_bounds import _op_ancestors, _relaxed_dag
+
+    seed, n, pick, held = args
+    g = random_tensor_graph(np.random.default_rng(seed), n, max_size=30, edge_prob=0.4, with_inputs=bool(seed % 2))
+    S = [v for v in range(g.num_ops) if pick >> v & 1]
+    relaxed = (held_inputs_graph if held else relaxed_graph)(g, S)
+    fresh = dataclasses.replace(graph_to_dag(relaxed).dag, _cache={})
+    dag = _relaxed_dag(dataclasses.replace(relaxed, _cache={}), _op_ancestors(g))
+    assert np.array_equal(dag._cache["reachability"], reachability(fresh))
+    assert np.array_equal(dag._cache["ancestors"], ancestor_matrix(fresh))
+
+
+@SETTINGS
+@given(st.tuples(st.integers(0, 2**32 - 1), st.integers(1, 8), st.integers(0, 2**20)))
+def test_relaxed_graph_moves_each_rerun_tensor_to_its_producer_and_readers(args):
+    """proofs/remat_cost_bounds.md §1: s_S(t) = 0 for a non-resident t made in S, and
+    w_S(u) = w(u) + the sizes of those tensors among u's inputs and outputs, each once."""
+    seed, n, pick = args
+    g = random_tensor_graph(np.random.default_rng(seed), n, max_size=30, edge_prob=0.4, with_inputs=bool(seed % 2))
+    S = {v for v in range(g.num_ops) if pick >> v & 1}
+    gs = relaxed_graph(g, sorted(S))
+    moved = {t for t in range(g.num_tensors)
+             if g.tensor_producer[t] in S and not g.tensor_resident[t]}
+    for t in range(g.num_tensors):
+        assert gs.tensor_size[t] == (0 if t in moved else g.tensor_size[t])
+    for u in range(g.num_ops):
+        touched = (set(g.inputs_of(u).tolist()) | set(g.outputs_of(u).tolist())) & moved
+        assert gs.op_workspace[u] == g.op_workspace[u] + sum(int(g.tensor_size[t]) for t in touched)
+
+
+@SETTINGS
+@given(st.tuples(st.integers(0, 2**32 - 1), st.integers(1, 8), st.integers(0, 2**20), st.integers(0, 40)))
+def test_hinted_trap_oracle_answers_as_the_plain_one(args):
+    """_forward_trap_above tries recent trap nodes first: the answer must be the plain
+    forward_trap_exceeds answer at every limit, whatever the hints."""
+    from memopt.bounds.trap import forward_trap_bound, forward_trap_exceeds
+    from memopt.core.signed_dag import graph_to_dag
+    from memopt.remat.lower_bounds import _forward_trap_above
+
+    seed, n, pick, below = args
+    g = random_tensor_graph(np.random.default_rng(seed), n, max_size=30, edge_prob=0.4, with_inputs=bool(seed % 2))
+    S = [v for v in range(g.num_ops) if pick >> v & 1]
+    dag = graph_to_dag(held_inputs_graph(g, S)).dag
+    b = forward_trap_bound(dag)
+    top = int(b.value)
+    # the critical node among the hints: its cut decides the answer at the limits near top
+    hints = sorted({v for v in range(g.num_ops) if (pick >> (v + 3)) & 1} | {v for v in b.critical if v < g.num_ops})
+    for limit in (top - 1 - below, top - 1, top, top + 1):
+        assert _forward_trap_above(dag, limit, float("inf"), hints, g.num_ops) == forward_trap_exceeds(dag, limit)
+        assert all(0 <= v < g.num_ops for v in hints)

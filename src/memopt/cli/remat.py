@@ -49,6 +49,9 @@ def register(sub) -> None:
     p.add_argument("--time-limit", type=float, default=10.0, metavar="S",
                    help=f"time limit in seconds, 0 to {opt.MAX_SECONDS:.0e} (default 10)")
     p.add_argument("--seed", type=int, default=0, help="seed of the solvers' searches (default 0)")
+    p.add_argument("--jobs", type=int, default=None, metavar="N",
+                   help="processes auto may run at once: 2 runs the cost bound beside the heuristic "
+                        "(default: 2 where two cores are free to this process, else 1)")
     p.add_argument("-o", "--output", metavar="PLAN", help="write the plan (memopt-remat-plan JSON) here")
     p.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
     p.set_defaults(func=cmd_remat)
@@ -117,6 +120,8 @@ def cmd_remat(args) -> int:
 
     opt.integer(args.cap, "--cap", low=0, high=MAX_CAP)
     opt.integer(args.seed, "--seed", low=0, high=2**63 - 1)
+    if args.jobs is not None:
+        opt.integer(args.jobs, "--jobs", low=1, high=opt.MAX_JOBS)
     if args.pareto and args.output:
         raise OptionError("-o/--output writes one plan; it cannot be combined with --pareto "
                           "(use --json for every point)")
@@ -136,7 +141,8 @@ def cmd_remat(args) -> int:
     inst = load_instance(args.file)
     if inst.graph is None:
         raise OptionError(f"{args.file}: recomputation needs a tensor graph, not a statement program")
-    res = remat(inst.graph, cap=args.cap, method=args.method, time_limit=time_limit, seed=args.seed, **kw)
+    res = remat(inst.graph, cap=args.cap, method=args.method, time_limit=time_limit, seed=args.seed,
+                jobs=args.jobs, **kw)
     head = {"instance": inst.name, "file": str(args.file), "ops": inst.num_ops}
     if args.output:
         if res.plan is None:

@@ -173,6 +173,11 @@ class TensorGraph:
     name: str = ""
     _cache: dict = field(default_factory=dict, repr=False, compare=False)
 
+    def __getstate__(self):
+        # pickled without the cache: it holds only what the fields determine (indexes, compiled
+        # DAGs, some of which do not pickle), and is rebuilt on demand
+        return {**self.__dict__, "_cache": {}}
+
     # ------------------------------------------------------------------ construction
     @classmethod
     def build(cls, tensors: Iterable[Tensor], ops: Iterable[Op], name: str = "") -> "TensorGraph":

@@ -34,6 +34,15 @@ whose caps are kept only on the bound's cheapest hitting set, for a better plan;
 left then goes to the heuristic's local search on the best plan. ``time_limit`` (seconds)
 covers the whole call.
 
+With ``jobs >= 2`` (the default where this process may use two cores), at least
+:data:`AUTO_PARALLEL_MIN_SECONDS` and :data:`AUTO_PARALLEL_MIN_OPS` ops, ``min_cost`` runs
+the cost bound in a child process (:mod:`memopt.remat.cost_bound_process`) from the start,
+beside the heuristic, instead of after it: the bound needs no plan, and both are single-threaded. Before CP-SAT (which uses
+both cores) the child is asked for its bound; on a graph too large for the models it runs
+on to :data:`AUTO_PARALLEL_BOUND_SHARE` of the time while the local search polishes the plan
+and tells it every cheaper one. If the child fails, the bound is computed in this process
+with the time left, as with ``jobs=1``; ``stats["parts"]["cost_bound"]["where"]`` says which.
+
 Every plan returned was checked by the independent checker
 (:func:`memopt.remat.check_plan`); a disagreement raises
 :class:`~memopt.errors.InternalError`. ``infeasible`` is reported only with a proof: the
@@ -71,6 +80,21 @@ AUTO_BOUND_SHARE = 0.4
 #: after builds on its plan; 0.6 before the cost bound got its own share: on ResNet50 at 0.9
 #: CP-SAT then lacked the time to find its 440 plan)
 AUTO_HEURISTIC_SHARE = 0.45
+
+#: with a second core (``jobs >= 2``), ``auto`` runs the cost bound in a child process beside
+#: the heuristic (:mod:`memopt.remat.cost_bound_process`) when the call has at least this many
+#: seconds and the graph this many ops: below them the child's start (a fresh interpreter,
+#: about a second) costs more than the bound itself
+AUTO_PARALLEL_MIN_SECONDS = 10.0
+AUTO_PARALLEL_MIN_OPS = 40
+
+#: the part of the time that the bound's child may run on a graph too large for the models;
+#: the rest is for the CP-SAT model over the bound's hitting set and the local search
+AUTO_PARALLEL_BOUND_SHARE = 0.85
+
+#: while the bound's child runs on, the local search polishes the plan in slices of 1, 2, 4...
+#: up to this many seconds, so that the child's end (or its proof) is seen within one slice
+POLISH_SLICE = 10.0
 
 
 @dataclass(frozen=True)
@@ -148,12 +172,13 @@ def _ratio(value) -> Decimal:
 class _Call:
     """One ``remat`` call: the problem, its deadline, the scheduling baseline, the bound."""
 
-    def __init__(self, graph, cap, time_limit, seed, method):
+    def __init__(self, graph, cap, time_limit, seed, method, jobs=1):
         self.t0 = time.perf_counter()
         self.p = RematProblem.of(graph, cap)
         self.deadline = self.t0 + time_limit
         self.seed = seed
         self.method = method
+        self.jobs = jobs
         self._base = None
         self._lower = None
 
@@ -230,51 +255,60 @@ class _Call:
         if question == "min_cost" and pk > memory_limit:
             best = None
         parts = {}
-        if best is None or (question == "min_peak" and best.peak > lower):
-            # without any plan within the limit the heuristic is what the rest builds on: more time
-            share = AUTO_HEURISTIC_SHARE if best is None else 0.3
-            h = get_method("heuristic").load()(p, question=question, memory_limit=memory_limit,
+        # the bound needs no plan: with a second core it runs beside the heuristic from the start
+        # (for as long as the heuristic runs where CP-SAT certainly follows: the bound's levels are
+        # paced by its time limit, so it is told the time it will have)
+        bg = None
+        if question == "min_cost" and best is None:
+            models = sum(1 + k for k in p.caps) <= AUTO_EXACT_SLOTS
+            bg = self._bound_process(memory_limit, budget_end,
+                                     AUTO_HEURISTIC_SHARE if models else AUTO_PARALLEL_BOUND_SHARE)
+        try:
+            if best is None or (question == "min_peak" and best.peak > lower):
+                # without any plan within the limit the heuristic is what the rest builds on: more time
+                share = AUTO_HEURISTIC_SHARE if best is None else 0.3
+                h = get_method("heuristic").load()(p, question=question, memory_limit=memory_limit,
+                                                   cost_budget=cost_budget, cap=list(p.caps),
+                                                   time_limit=share * max(0.0, budget_end - time.perf_counter()),
+                                                   incumbent=plan, seed=self.seed)
+                parts["heuristic"] = h.status
+                best = _merge(question, best, h)
+            inc = best.plan if best is not None and best.status != "unknown" else None
+            if bg is not None and inc is not None:
+                bg.stop_at(best.extra_cost)
+            # the slot models only hold the ops that an optimal answer can afford to re-run
+            budget = cost_budget if question == "min_peak" else (best.extra_cost if inc is not None else None)
+            slots = sum(1 + k for k in reduced_caps(p, budget))
+            if _open(best, lower) and slots <= AUTO_EXACT_SLOTS:
+                cb = None
+                if question == "min_cost":
+                    # CP-SAT needs both cores: the bound's child stops here (it had the heuristic's time)
+                    cb = self._cost_bound(bg, memory_limit, best, budget_end, AUTO_BOUND_SHARE, parts, wait=False)
+                e = get_method("cpsat").load()(p, question=question, memory_limit=memory_limit,
                                                cost_budget=cost_budget, cap=list(p.caps),
-                                               time_limit=share * max(0.0, budget_end - time.perf_counter()),
-                                               incumbent=plan, seed=self.seed)
-            parts["heuristic"] = h.status
-            best = _merge(question, best, h)
-        inc = best.plan if best is not None and best.status != "unknown" else None
-        # the slot models only hold the ops that an optimal answer can afford to re-run
-        budget = cost_budget if question == "min_peak" else (best.extra_cost if inc is not None else None)
-        slots = sum(1 + k for k in reduced_caps(p, budget))
-        if _open(best, lower) and slots <= AUTO_EXACT_SLOTS:
-            cb = None
-            if question == "min_cost":
-                from memopt.remat.lower_bounds import cost_lower_bound
-
-                cb = cost_lower_bound(p.graph, memory_limit, list(p.caps),
-                                      time_limit=AUTO_BOUND_SHARE * max(0.0, budget_end - time.perf_counter()),
-                                      stop_at=None if inc is None else best.extra_cost)
-            e = get_method("cpsat").load()(p, question=question, memory_limit=memory_limit, cost_budget=cost_budget,
-                                           cap=list(p.caps),
-                                           time_limit=max(0.0, budget_end - time.perf_counter()),
-                                           incumbent=inc, seed=self.seed, cost_bound=cb)
-            parts["cpsat"] = e.status
-            best = _merge(question, best, e)
-        elif _open(best, lower) and question == "min_cost":
-            # too large for the models: the cost bound alone may still prove the plan optimal
-            from memopt.remat.lower_bounds import cost_lower_bound
-
-            cb = cost_lower_bound(p.graph, memory_limit, list(p.caps),
-                                  time_limit=0.7 * max(0.0, budget_end - time.perf_counter()),
-                                  stop_at=None if inc is None else best.extra_cost)
-            parts["cost_bound"] = {"value": cb.value, "cores": len(cb.cores), "complete": cb.complete}
-            if cb.infeasible:
-                if inc is not None:
-                    raise InternalError("remat-cost-bound", "the cost bound proves infeasible what a plan solves")
-                best = RematResult(plan=None, peak=None, extra_cost=None, status="infeasible", lower_bound=lower,
-                                   stats={"proof": "the relaxed graph of every op that may re-run has a trap "
-                                                   "above the limit (proofs/remat_cost_bounds.md)"}, **common)
-            else:
-                best = self._restricted(best, cb, memory_limit, budget_end, common, parts)
-                if best is not None:
-                    best = _merge(question, best, best.with_(cost_lower_bound=cb.value))
+                                               time_limit=max(0.0, budget_end - time.perf_counter()),
+                                               incumbent=inc, seed=self.seed, cost_bound=cb)
+                parts["cpsat"] = e.status
+                best = _merge(question, best, e)
+            elif _open(best, lower) and question == "min_cost":
+                # too large for the models: the cost bound alone may still prove the plan optimal
+                if bg is not None and best is not None and best.status != "unknown":
+                    # the child has most of the time: the local search polishes the plan meanwhile
+                    best = self._polish(best, memory_limit, budget_end, common, parts, beside=bg)
+                cb = self._cost_bound(bg, memory_limit, best, budget_end, 0.7, parts, wait=True)
+                if cb.infeasible:
+                    if inc is not None:
+                        raise InternalError("remat-cost-bound", "the cost bound proves infeasible what a plan solves")
+                    best = RematResult(plan=None, peak=None, extra_cost=None, status="infeasible", lower_bound=lower,
+                                       stats={"proof": "the relaxed graph of every op that may re-run has a trap "
+                                                       "above the limit (proofs/remat_cost_bounds.md)"}, **common)
+                else:
+                    best = self._restricted(best, cb, memory_limit, budget_end, common, parts)
+                    if best is not None:
+                        best = _merge(question, best, best.with_(cost_lower_bound=cb.value))
+        finally:
+            if bg is not None:
+                bg.close()
         best = self._polish(best, memory_limit, budget_end, common, parts)
         if best is None:
             best = RematResult(plan=None, peak=None, extra_cost=None, status="unknown", lower_bound=lower,
@@ -282,18 +316,64 @@ class _Call:
         best = best.with_(stats={**best.stats, "parts": parts})
         return self._close(best, lower, t_start)
 
-    def _polish(self, best, memory_limit, budget_end: float, common: dict, parts: dict):
+    def _bound_process(self, memory_limit: int, budget_end: float, share: float):
+        """The cost bound's child process (:mod:`memopt.remat.cost_bound_process`), started now
+        with ``share`` of the time left, when this call may use a second core and has the time
+        for it; else ``None``."""
+        left = budget_end - time.perf_counter()
+        if self.jobs < 2 or left < AUTO_PARALLEL_MIN_SECONDS or self.p.n < AUTO_PARALLEL_MIN_OPS:
+            return None
+        from memopt.remat.cost_bound_process import CostBoundProcess
+
+        return CostBoundProcess(self.p.graph, memory_limit, list(self.p.caps),
+                                time_limit=share * left)
+
+    def _cost_bound(self, bg, memory_limit: int, best, budget_end: float, share: float, parts: dict, *, wait: bool):
+        """The extra-cost lower bound: the child's (``wait``: at its own time limit, else asked
+        for now), or, without a child or when it failed, computed here with ``share`` of the
+        time left."""
+        from memopt.remat.lower_bounds import cost_lower_bound
+
+        stop_at = best.extra_cost if best is not None and best.plan is not None and best.status != "unknown" else None
+        cb = None if bg is None else bg.result(stop=not wait)
+        where = "process" if cb is not None else "here"
+        if cb is None:
+            cb = cost_lower_bound(self.p.graph, memory_limit, list(self.p.caps),
+                                  time_limit=share * max(0.0, budget_end - time.perf_counter()), stop_at=stop_at)
+        parts["cost_bound"] = {"value": cb.value, "cores": len(cb.cores), "complete": cb.complete, "where": where}
+        if bg is not None and where == "here":
+            parts["cost_bound"]["process_error"] = bg.error or "no answer"
+        return cb
+
+    def _polish(self, best, memory_limit, budget_end: float, common: dict, parts: dict, beside=None):
         """Time the steps above left unused (the models did not run, or ended early) goes to
-        the heuristic's local search on the best ``min_cost`` plan not yet proved optimal."""
+        the heuristic's local search on the best ``min_cost`` plan not yet proved optimal.
+        ``beside``: the cost bound's child process; the search then runs in slices of
+        :data:`POLISH_SLICE` seconds until the child ends, telling it each cheaper plan."""
         from memopt.remat.heuristic import improve_by_lns
 
         if (best is None or best.question != "min_cost" or best.status != "feasible" or best.plan is None
                 or budget_end - time.perf_counter() < 1.0):
             return best
         t0 = time.perf_counter()
-        _, plan, pk, c, _ = improve_by_lns(self.p, best.plan.runs().tolist(), memory_limit,
-                                           seed=self.seed + 1, deadline=budget_end)
-        parts["polish"] = {"extra_cost": c, "seconds": round(time.perf_counter() - t0, 3)}
+        end = budget_end if beside is None else min(budget_end, beside.started + beside.time_limit)
+        runs, c0, rounds = best.plan.runs().tolist(), best.extra_cost, 0
+        found = None
+        while end - time.perf_counter() >= 1.0 and (beside is None or not beside.done()):
+            stop = end if beside is None else min(end, time.perf_counter() + min(POLISH_SLICE, 2.0 ** rounds))
+            _, plan, pk, c, _ = improve_by_lns(self.p, runs, memory_limit, seed=self.seed + 1 + rounds, deadline=stop)
+            rounds += 1
+            if found is None or Fraction(c) < Fraction(found[2]):
+                found, runs = (plan, pk, c), plan.runs().tolist()
+                if beside is not None and Fraction(c) < Fraction(c0):
+                    beside.stop_at(c)
+            if beside is None:
+                break
+        if found is None:
+            return best
+        plan, pk, c = found
+        key = "polish" if beside is None else "polish_beside_bound"
+        parts[key] = {"extra_cost": c, "seconds": round(time.perf_counter() - t0, 3), "rounds": rounds}
         # _close checks the winner's peak, cost and limit with the independent checker
         found = RematResult(plan=plan, peak=pk, extra_cost=c, status="feasible", lower_bound=best.lower_bound,
                             cost_lower_bound=0, **{**common, "method": "heuristic (local search)"})
@@ -361,6 +441,16 @@ class _Call:
                          seconds=time.perf_counter() - t_start)
 
 
+def _jobs(value) -> int:
+    if value is None:
+        from memopt.remat.cost_bound_process import usable_cores
+
+        return min(2, usable_cores())
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise OptionError(f"jobs must be an integer >= 1, got {value!r}")
+    return int(value)
+
+
 def _open(res: RematResult | None, lower: int) -> bool:
     """Is there anything left to prove?"""
     if res is None:
@@ -401,10 +491,11 @@ def _merge(question: str, a: RematResult | None, b: RematResult) -> RematResult:
 
 
 def remat(graph, *, memory_limit=None, memory_ratio=None, cost_budget=None, pareto: bool = False, cap=1,
-          method: str = "auto", time_limit: float = 10.0, seed: int = 0):
+          method: str = "auto", time_limit: float = 10.0, seed: int = 0, jobs: int | None = None):
     """Capped selective recomputation of ``graph`` (a :class:`~memopt.core.TensorGraph` or a
     loaded instance); see the module docstring. Returns a :class:`RematResult`
-    (:class:`ParetoResult` with ``pareto=True``)."""
+    (:class:`ParetoResult` with ``pareto=True``). ``jobs``: processes ``auto`` may run at once
+    (default: 2 where this process may use two cores, else 1; see the module docstring)."""
     from memopt.remat.registry import get_method
     from memopt.schedule.api import check_time_limit
 
@@ -416,7 +507,7 @@ def remat(graph, *, memory_limit=None, memory_ratio=None, cost_budget=None, pare
                           + (f" (got {', '.join(given)})" if given else ""))
     if method != "auto":
         get_method(method)
-    call = _Call(_graph_of(graph), cap, time_limit, seed, method)
+    call = _Call(_graph_of(graph), cap, time_limit, seed, method, _jobs(jobs))
     if pareto:
         return _pareto(call)
     stats = {}

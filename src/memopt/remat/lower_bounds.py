@@ -64,6 +64,12 @@ in between; re-running ``A`` costs 5):
 >>> cb.value, [[g.op_names[v] for v in c] for c in cb.cores]
 (5, [['A']])
 
+The oracle is asked thousands of times (``random_layered_n250``: ~18 questions per core,
+hundreds of cores), so it reuses what the relaxed graphs share: their DAG reachability comes
+from the graph's op ancestors (:func:`_relaxed_dag`), the op whose trap decided the last
+questions is cut first (:func:`_forward_trap_above`), and the hitting-set model keeps only
+the minimal cores (none of which changes an answer; ``proofs/remat_cost_bounds.md`` §2).
+
 Under an extra-cost budget ``B`` (``cost_budget=B``) an op costing more than ``B`` cannot
 re-run, so it counts as cap 0 (proof §4). All sums are exact integers. ``O(n · (n + T))`` for the first-run terms (a descendant set
 per op), plus the trap bound's minimum cuts (one per op and relaxed graph).
@@ -79,7 +85,9 @@ from typing import NamedTuple
 
 import numpy as np
 
+from memopt.core.signed_dag import graph_to_dag
 from memopt.core.tensor_graph import TensorGraph
+from memopt.errors import InternalError
 from memopt.remat.plan import exact_costs, resolve_caps
 
 __all__ = ["PeakBound", "CostBound", "infeasibility_witness", "peak_lower_bound", "peak_lower_bound_details",
@@ -195,17 +203,43 @@ def relaxed_graph(graph: TensorGraph, rerun) -> TensorGraph:
     rerun = np.zeros(graph.num_ops, bool) if rerun is None else _mask(graph.num_ops, rerun)
     if not rerun.any():
         return graph
+    adj = _adjacency(graph)
     prod = graph.tensor_producer
     moved = np.flatnonzero((prod >= 0) & ~graph.tensor_resident & rerun[np.maximum(prod, 0)])
     size = graph.tensor_size.copy()
     ws = graph.op_workspace.copy()
-    for t in moved.tolist():
-        s = int(size[t])
-        size[t] = 0
-        ws[int(prod[t])] += s
-        for c in np.unique(graph.consumers_of(t)).tolist():
-            ws[int(c)] += s
+    moved_sizes = size[moved].astype(np.int64)
+    size[moved] = 0
+    np.add.at(ws, prod[moved], moved_sizes.astype(ws.dtype))
+    # each distinct reader of a moved tensor, once (exact integer sums)
+    cnt = adj.cons_ptr[moved + 1] - adj.cons_ptr[moved]
+    idx = np.repeat(adj.cons_ptr[moved], cnt) + (np.arange(int(cnt.sum())) - np.repeat(np.cumsum(cnt) - cnt, cnt))
+    np.add.at(ws, adj.cons_idx[idx], np.repeat(moved_sizes, cnt).astype(ws.dtype))
     return dataclasses.replace(graph, tensor_size=size, op_workspace=ws, _cache={})
+
+
+class _Adjacency(NamedTuple):
+    """Distinct readers per tensor (CSR ``cons_ptr``/``cons_idx`` and Python lists and sets),
+    distinct inputs per op: what the relaxed graphs look up thousands of times."""
+
+    cons_ptr: np.ndarray
+    cons_idx: np.ndarray
+    readers: list
+    reader_sets: list
+    inputs: list
+
+
+def _adjacency(graph: TensorGraph) -> _Adjacency:
+    cached = graph._cache.get("remat_adjacency")
+    if cached is None:
+        readers = [np.unique(graph.consumers_of(t)).tolist() for t in range(graph.num_tensors)]
+        ptr = np.zeros(graph.num_tensors + 1, np.int64)
+        ptr[1:] = np.cumsum([len(r) for r in readers])
+        idx = np.asarray([c for r in readers for c in r], np.int64)
+        cached = _Adjacency(ptr, idx, readers, [set(r) for r in readers],
+                            [np.unique(graph.inputs_of(v)).tolist() for v in range(graph.num_ops)])
+        graph._cache["remat_adjacency"] = cached
+    return cached
 
 
 def held_inputs_graph(graph: TensorGraph, rerun) -> TensorGraph:
@@ -231,15 +265,17 @@ def held_inputs_graph(graph: TensorGraph, rerun) -> TensorGraph:
     ws = base.op_workspace.astype(np.int64).copy()
     capacity = {}
     new_size, new_prod, new_readers = [], [], []
+    adj = _adjacency(graph)
+    prod_l, resident_l, size0_l, mask_l = prod.tolist(), resident.tolist(), size0.tolist(), mask.tolist()
     for t in np.flatnonzero((prod >= 0) & ~resident & mask[np.maximum(prod, 0)]).tolist():
-        budget = int(size0[t])
-        readers = np.unique(graph.consumers_of(t)).tolist()
+        budget = int(size0_l[t])
+        readers = adj.readers[t]
         if budget <= 0 or not readers:
             continue
-        u = int(prod[t])
-        fixed = [int(y) for y in np.unique(graph.inputs_of(u)).tolist()
-                 if not resident[y] and (prod[y] < 0 or not mask[prod[y]]) and size0[y] > 0]
-        for y in sorted(fixed, key=lambda y: (-int(size0[y]), y)):
+        u = prod_l[t]
+        fixed = [y for y in adj.inputs[u]
+                 if not resident_l[y] and (prod_l[y] < 0 or not mask_l[prod_l[y]]) and size0_l[y] > 0]
+        for y in sorted(fixed, key=lambda y: (-int(size0_l[y]), y)):
             m = min(budget, capacity.setdefault(y, int(size0[y])))
             if m <= 0:
                 continue
@@ -247,9 +283,9 @@ def held_inputs_graph(graph: TensorGraph, rerun) -> TensorGraph:
             capacity[y] -= m
             size[y] -= m
             new_size.append(m)
-            new_prod.append(int(prod[y]))
-            own = {int(c) for c in graph.consumers_of(y).tolist()}
-            new_readers.append(sorted(set(readers) | own))
+            new_prod.append(prod_l[y])
+            own = adj.reader_sets[y]
+            new_readers.append(sorted(adj.reader_sets[t] | own))
             for c in readers:
                 if c not in own:  # a reader of y holds all of y anyway: nothing counted twice there
                     ws[c] -= m
@@ -350,7 +386,6 @@ def rerun_trap_exceeds(graph: TensorGraph, rerun, forced, limit: int, *, deadlin
     ``limit``? ``False`` when no op of ``forced`` has a spike target (``G_{S,Y} = G_S``) or
     at the deadline (the safe answer)."""
     from memopt.bounds.trap import MAX_PAIR_NODES, forward_trap_exceeds, pair_trap_bound
-    from memopt.core.signed_dag import graph_to_dag
 
     g = rerun_graph(graph, rerun, forced)
     if g.num_ops == graph.num_ops:
@@ -363,6 +398,52 @@ def rerun_trap_exceeds(graph: TensorGraph, rerun, forced, limit: int, *, deadlin
             int(pair_trap_bound(dag, time_limit=budget, target=int(limit) + 1).value) > limit:
         return True
     return _scheduled_above(g, limit, min(float(exact_time), deadline - time.perf_counter()))
+
+
+def _op_ancestors(graph: TensorGraph) -> np.ndarray:
+    """``anc[v, u]``: op ``u`` is a proper ancestor of op ``v`` (bool, ``n x n``), cached on
+    ``graph``. Every relaxed graph of ``graph`` (``G_S``, ``G_S^+``) has these op-to-op paths:
+    ``relaxed_graph`` keeps the edges, and a held part ``y_t`` only adds edges from ``p(y)``
+    to readers of ``t``, which descend from ``p(y)`` already (through ``p(t)``)."""
+    cached = graph._cache.get("remat_op_ancestors")
+    if cached is None:
+        from memopt.core.structure import ancestor_matrix
+
+        cached = np.ascontiguousarray(ancestor_matrix(graph_to_dag(graph).dag)[:graph.num_ops, :graph.num_ops])
+        graph._cache["remat_op_ancestors"] = cached
+    return cached
+
+
+def _relaxed_dag(relaxed: TensorGraph, op_anc: np.ndarray):
+    """``graph_to_dag(relaxed).dag`` with its reachability filled in from ``op_anc`` (the op
+    ancestors of the graph it relaxes, :func:`_op_ancestors`) instead of a bitset pass over
+    the DAG: the trap oracle asks about thousands of relaxed graphs that differ only in
+    their release nodes. In ``graph_to_dag`` op ``v`` is node ``v`` and every other node is a
+    release (a sink, whose predecessors are all ops), so a release's ancestors are the union
+    of its predecessors and their ancestors."""
+    dag = graph_to_dag(relaxed).dag
+    if "ancestors" in dag._cache:
+        return dag
+    n, N = op_anc.shape[0], dag.n
+    anc = np.zeros((N, N), bool)
+    anc[:n, :n] = op_anc
+    if N > n:
+        cnt = np.diff(dag.pred_ptr)[n:]
+        preds = dag.pred_idx[dag.pred_ptr[n]:dag.pred_ptr[N]]
+        if preds.size and int(preds.max()) >= n:
+            raise InternalError("relaxed-dag", "a release node has a release predecessor")
+        some = np.flatnonzero(cnt)   # a release without predecessors (an unread input) has no ancestor
+        if some.size:
+            starts = (dag.pred_ptr[n:N] - dag.pred_ptr[n])[some]
+            with_self = op_anc | np.eye(n, dtype=bool)
+            anc[n + some, :n] = np.logical_or.reduceat(with_self[preds], starts, axis=0)
+    reach = np.ascontiguousarray(anc.T)
+    anc.setflags(write=False)
+    reach.setflags(write=False)
+    # the same entries memopt.core.structure caches (reachability, and its transpose)
+    dag._cache["reachability"] = reach
+    dag._cache["ancestors"] = anc
+    return dag
 
 
 def _mask(n: int, ops) -> np.ndarray:
@@ -411,22 +492,22 @@ def relaxed_trap_exceeds(graph: TensorGraph, rerun, limit: int, *, deadline: flo
     the same graphs (:func:`memopt.schedule.schedule`, up to that many seconds each): on
     ``random_layered_n100`` it proves ``OPT_order(G_{44,50}) = 33,190`` above the limit
     33,111 where no trap bound does."""
-    from memopt.bounds.trap import MAX_PAIR_NODES, forward_trap_exceeds, pair_trap_bound
-    from memopt.core.signed_dag import graph_to_dag
+    from memopt.bounds.trap import MAX_PAIR_NODES, pair_trap_bound
 
     if graph.num_ops == 0:
         return int(graph.resident_bytes) > limit
+    op_anc = _op_ancestors(graph)
+    hints = graph._cache.setdefault("remat_trap_hints", [])
     graphs = [relaxed_graph(graph, rerun)]
-    dags = [graph_to_dag(graphs[0]).dag]
-    if forward_trap_exceeds(dags[0], limit, deadline=deadline):
-        return True
     if held_inputs:
         strong = held_inputs_graph(graph, rerun)
         if strong.num_tensors > graph.num_tensors:  # some input is held: a different graph
-            graphs.insert(0, strong)
-            dags.insert(0, graph_to_dag(strong).dag)
-            if forward_trap_exceeds(dags[0], limit, deadline=deadline):
-                return True
+            graphs.insert(0, strong)   # asked first: where the scheme needs it, G_S alone says no
+    dags = []
+    for g in graphs:
+        dags.append(_relaxed_dag(g, op_anc))
+        if _forward_trap_above(dags[-1], limit, deadline, hints, graph.num_ops):
+            return True
     for d in dags:
         budget = min(float(pair_time), deadline - time.perf_counter())
         if budget <= 0:
@@ -440,13 +521,60 @@ def relaxed_trap_exceeds(graph: TensorGraph, rerun, limit: int, *, deadline: flo
     return False
 
 
+#: op nodes whose trap was above the limit lately, tried first (most recent first)
+TRAP_HINTS = 4
+
+
+def _forward_trap_above(dag, limit: int, deadline: float, hints: list, num_ops: int) -> bool:
+    """:func:`memopt.bounds.trap.forward_trap_exceeds`, trying the op nodes of ``hints`` first
+    and moving the node found to the front of ``hints``. The answer is the same (any trap
+    above ``limit`` is a yes; a no checks every node that could exceed it); only the number
+    of cuts changes: on ``random_layered_n250`` one op's trap decides most relaxed graphs,
+    which the plain loop (by decreasing upper estimate) reached after ~20 cuts. ``num_ops``:
+    the nodes below it are ops (``graph_to_dag``), the same in every relaxed graph."""
+    from memopt.bounds.trap import MAX_TRAP_NODES, _cheap_estimates, _net, _solve, forward_trap_exceeds
+
+    if dag.n == 0 or dag.n > MAX_TRAP_NODES:
+        return forward_trap_exceeds(dag, limit, deadline=deadline)
+    net = _net(dag)
+    if max(net.base, net.end) > limit:
+        return True
+    ub = _cheap_estimates(net)
+    for v in list(hints):
+        if time.perf_counter() > deadline:
+            return False
+        if v < net.n and ub[v] > limit and _solve(net, v).value > limit:
+            hints.remove(v)
+            hints.insert(0, v)
+            return True
+    tried = set(hints)
+    for v in np.argsort(-ub, kind="stable").tolist():
+        if ub[v] <= limit or time.perf_counter() > deadline:
+            return False
+        if v not in tried and _solve(net, v).value > limit:
+            if v < num_ops:   # an op node: the same id in every relaxed graph (releases follow)
+                hints.insert(0, v)
+                del hints[TRAP_HINTS:]
+            return True
+    return False
+
+
 #: the share of ``cost_lower_bound``'s time after which G_S^+ joins the oracle even if the
-#: forward trap of G_S alone still finds cores (it does on the Checkmate graphs, where it is
-#: the faster oracle; on the layered graphs G_S^+ finds the better cores)
-ESCALATE_SHARE = 1 / 3
+#: forward trap of G_S alone still finds cores. 0 since the oracle got cheap (cached
+#: reachability, hinted traps): on random_layered_n250 G_S^+ from the start reached 824
+#: at 60 s where a third of the time on G_S alone reached 786 (G_S alone was once the
+#: faster oracle on the Checkmate graphs; not re-measured there)
+ESCALATE_SHARE = 0
+
+#: other hitting sets the solver found on its way whose cores are sought before the next solve
+POOL_CORES = 6   # random_layered_n250, 60 s: 870 without, 909 with 2, 932 with 6
 
 #: ops tried one by one to shrink each core (the next cheapest after the binary search)
 SHRINK_TRIES = 12
+
+
+class _Cancelled(Exception):
+    """``cost_lower_bound``'s ``cancel`` said stop (caught inside it, never raised out)."""
 
 
 class CostBound(NamedTuple):
@@ -485,14 +613,26 @@ def _scaled_costs(costs) -> tuple[list[int], Fraction]:
     return [math.floor(Fraction(c) * factor) for c in costs], factor
 
 
-def min_hitting_set(cores, costs, deadline: float, clauses=()) -> tuple[object, tuple, bool]:
-    """The cheapest set of ops meeting every core, by CP-SAT (2 workers; the value is what
-    counts). Returns ``(a lower bound on the least cost, a cheapest set found, proved
-    optimal)``, or ``(None, (), True)`` when no set meets them all (an empty core); costs are
-    scaled as in :func:`_scaled_costs`, so the value is a lower bound even if scaling rounds.
-    ``clauses``: pairs ``(C, Y)``; the set must also meet ``C`` or miss an op of ``Y``."""
+def min_hitting_set(cores, costs, deadline: float, clauses=(), upper=None, pool=None) -> tuple[object, tuple, bool]:
+    """The cheapest set of ops meeting every core, by CP-SAT (the value is what counts).
+    Returns ``(a lower bound on the least cost, a cheapest set found, proved optimal)``, or
+    ``(None, (), True)`` when no set meets them all (an empty core); costs are scaled as in
+    :func:`_scaled_costs`, so the value is a lower bound even if scaling rounds.
+    ``clauses``: pairs ``(C, Y)``; the set must also meet ``C`` or miss an op of ``Y``.
+
+    ``upper``: the cost of a set known to meet them all. No op costing more is in a cheapest
+    set (costs are ``>= 0``), so those ops are left out (a clause whose ``Y`` holds one is met
+    by every such set): the least cost and every bound on it stay the same, the model shrinks
+    (on ``random_layered_n250`` to four fifths of the ops, half the solver time).
+    ``pool``: a list that receives every set the solver finds on its way (each meets them all)."""
     from ortools.sat.python import cp_model
 
+    if upper is not None:
+        top = Fraction(upper)
+        keep = {v for v in {v for c in cores for v in c} | {v for c, y in clauses for v in (*c, *y)}
+                if Fraction(costs[v]) <= top}
+        cores = [[v for v in c if v in keep] for c in cores]
+        clauses = [([v for v in c if v in keep], y) for c, y in clauses if all(v in keep for v in y)]
     ops = sorted({v for c in cores for v in c} | {v for c, y in clauses for v in (*c, *y)})
     scaled, factor = _scaled_costs([costs[v] for v in ops])
     m = cp_model.CpModel()
@@ -504,8 +644,19 @@ def min_hitting_set(cores, costs, deadline: float, clauses=()) -> tuple[object, 
     m.minimize(cp_model.LinearExpr.weighted_sum([x[v] for v in ops], scaled))
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(0.05, deadline - time.perf_counter())
-    solver.parameters.num_workers = 2
-    status = solver.solve(m)
+    # one worker, no presolve: the scheme solves hundreds of these small models (bool_or
+    # clauses, a linear objective); on random_layered_n250 (200 cores of ~170 ops) this is
+    # 3-8 times faster than 2 workers with presolve, the time mostly model setup
+    solver.parameters.num_workers = 1
+    solver.parameters.cp_model_presolve = False
+    if pool is not None:
+        class _Collect(cp_model.CpSolverSolutionCallback):
+            def on_solution_callback(self):
+                pool.append(tuple(v for v in ops if self.boolean_value(x[v])))
+
+        status = solver.solve(m, _Collect())
+    else:
+        status = solver.solve(m)
     if status == cp_model.INFEASIBLE:
         return None, (), True
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
@@ -518,9 +669,22 @@ def min_hitting_set(cores, costs, deadline: float, clauses=()) -> tuple[object, 
     return Fraction(units) / factor, chosen, optimal
 
 
+def _known_cost(H, cores, clauses, costs):
+    """The cost of ``H`` plus the cheapest op of each core it misses, if that set meets every
+    core and clause (an upper bound for :func:`min_hitting_set`), else ``None``."""
+    chosen = set(H)
+    for c in cores:
+        if c and not chosen & c:
+            chosen.add(min(c, key=lambda v: (Fraction(costs[v]), v)))
+    if not all(chosen & c for c in cores) or \
+            not all(chosen & set(c) or not set(y) <= chosen for c, y in clauses):
+        return None
+    return sum((Fraction(costs[v]) for v in chosen), Fraction(0))
+
+
 def cost_lower_bound(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit: float = 5.0,
                      stop_at=None, pair_time: float | None = None, held_inputs: bool = True,
-                     spikes: bool = True, exact_time: float | None = None) -> CostBound:
+                     spikes: bool = True, exact_time: float | None = None, cancel=None) -> CostBound:
     """A lower bound on the extra cost of every plan within the caps whose peak is at most
     ``memory_limit`` (``proofs/remat_cost_bounds.md``, Theorem 2), with its cores.
 
@@ -536,8 +700,8 @@ def cost_lower_bound(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit
 
     The oracle "``G_S`` has a trap above the limit", in levels, each switched on once the one
     below finds no more cores: the forward trap of ``G_S``; with ``held_inputs`` (default)
-    also that of :func:`held_inputs_graph` ``G_S^+`` (Theorem 1'; also after
-    :data:`ESCALATE_SHARE` of the time); then also their pair
+    also that of :func:`held_inputs_graph` ``G_S^+`` (Theorem 1'; asked first, and from the
+    start: :data:`ESCALATE_SHARE`); then also their pair
     traps, up to ``pair_time`` seconds per question (default ``time_limit / 20``; 0 turns it
     off); then also the least-peak bound the scheduler proves for them, up to ``exact_time``
     seconds per graph (default ``time_limit / 10``; 0 turns it off) (Corollary 2').
@@ -547,7 +711,12 @@ def cost_lower_bound(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit
     re-run, when its inputs and output are live together. If it has a trap above the limit,
     grow ``S`` from ``H`` as above (then drop from ``Y = H`` what is not needed) and add the
     clause "re-run an op outside ``S`` or do not re-run some op of ``Y``" (Theorem 5); the
-    next ``H`` is the cheapest set meeting cores and clauses."""
+    next ``H`` is the cheapest set meeting cores and clauses.
+
+    ``cancel``: a function asked before each oracle question and each hitting set; once it
+    returns true the bound stops as at the time limit (the best value proved so far, the cores
+    completed so far, ``complete=False``). ``stop_at`` may be a function too, asked after each
+    hitting set (a plan found meanwhile, e.g. by a process alongside)."""
     t0 = time.perf_counter()
     deadline = t0 + max(0.0, float(time_limit))
     caps = resolve_caps(graph, cap)
@@ -569,7 +738,12 @@ def cost_lower_bound(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit
     level = [0]
     escalate_at = t0 + ESCALATE_SHARE * max(0.0, float(time_limit))
 
+    def check_cancel() -> None:
+        if cancel is not None and cancel():
+            raise _Cancelled
+
     def over(S) -> bool:
+        check_cancel()
         count[0] += 1
         if level[0] == 0 and len(levels) > 1 and held_inputs and time.perf_counter() > escalate_at:
             level[0] = 1  # G_S alone has not reached its fixpoint in a third of the time: add G_S^+
@@ -591,20 +765,36 @@ def cost_lower_bound(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit
         return CostBound(value, tuple(cores), tuple(hs), infeasible, complete, count[0], tuple(clauses))
 
     def spike_over(S, Y) -> bool:
+        check_cancel()
         count[0] += 1
         return rerun_trap_exceeds(graph, S, Y, M, deadline=deadline, pair_time=pair, exact_time=exact)
 
+    last_prefix = [0]
+
     def grow(inside: set, test) -> set:
         """``inside`` plus the largest prefix of the cheapest other ops for which ``test``
-        still holds (binary search), then the next few one by one."""
+        still holds (a search from the last core's prefix length, galloping then binary),
+        then the next few one by one."""
         cand = [v for v in order if v not in inside]
         lo, hi = 0, len(cand)         # test(inside + cand[:lo]) holds; cand[:hi + 1] is unknown
+        # successive cores have similar prefixes: probe around the last one first (a few
+        # questions instead of log2(n)); any outcome leaves a valid core
+        guess, step = min(last_prefix[0], hi), 1
+        while lo < hi and guess > lo and time.perf_counter() < deadline:
+            if test(list(inside) + cand[:guess]):
+                lo = guess
+                guess = min(hi, guess + step)
+            else:
+                hi = guess - 1
+                guess = max(lo, guess - step)
+            step *= 2
         while lo < hi and time.perf_counter() < deadline:
             mid = (lo + hi + 1) // 2
             if test(list(inside) + cand[:mid]):
                 lo = mid
             else:
                 hi = mid - 1
+        last_prefix[0] = lo
         S = inside | set(cand[:lo])
         # shrinking the core pays off on the cheap ops (the hitting set picks those); the
         # expensive rest stays in it
@@ -615,41 +805,65 @@ def cost_lower_bound(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit
                 S.add(v)
         return S
 
-    if n == 0 or fits(()):
-        return result(0, ())
-    if over(rerun):
-        return result(None, (), infeasible=True)
     order = sorted(rerun, key=lambda v: (Fraction(costs[v]), v))
     cores: list[tuple] = []
+    minimal: list[frozenset] = []
+
+    def add_core(S) -> tuple:
+        core = tuple(v for v in order if v not in S)
+        cores.append(tuple(sorted(core)))
+        # the hitting-set model needs only the minimal cores: a superset of a core is met
+        # by every set meeting the core (a third of the n250 cores, and solver time)
+        new = frozenset(core)
+        if not any(c <= new for c in minimal):
+            minimal[:] = [c for c in minimal if not new <= c] + [new]
+        return core
+
     H: tuple = ()
     value = Fraction(0)
-    while time.perf_counter() < deadline:
-        if not fits(H):
-            S = grow(set(H), over)
-            core = tuple(v for v in order if v not in S)
-            cores.append(tuple(sorted(core)))
-        elif spikes and H and spike_over(H, H):
-            # every plan re-running only H's ops fits G_H, but not if it re-runs all of them
-            S = grow(set(H), lambda S_: spike_over(S_, H))
-            Y = set(H)
-            for v in sorted(H):
-                if time.perf_counter() < deadline and spike_over(S, Y - {v}):
-                    Y.discard(v)
-            core = tuple(v for v in order if v not in S)
-            clauses.append((tuple(sorted(core)), tuple(sorted(Y))))
-        else:
-            # a trap stopped by the deadline answers "fits" too: then it is no fixpoint
-            return result(value, cores, H, complete=time.perf_counter() < deadline)
-        hs_value, hs, optimal = min_hitting_set(cores, costs, deadline, clauses)
-        if hs_value is None:  # an empty core (the trap of every op that may re-run), or clauses no set meets
-            return result(None, cores, infeasible=True)
-        # more cores never lower the least hitting cost: keep the best bound proved so far
-        value = max(value, hs_value)
-        if stop_at is not None and value >= Fraction(stop_at):
-            return result(value, cores, hs, complete=optimal)
-        if not optimal:
-            if not hs:  # stopped with nothing to show: the last set plus the new core's cheapest op
-                hs = tuple(sorted(set(H) | {min(core, key=lambda v: (Fraction(costs[v]), v))} if core else H))
-            return result(value, cores, hs, complete=False)
-        H = hs
-    return result(value, cores, H, complete=False)
+    try:
+        if n == 0 or fits(()):
+            return result(0, ())
+        if over(rerun):
+            return result(None, (), infeasible=True)
+        while time.perf_counter() < deadline:
+            if not fits(H):
+                core = add_core(grow(set(H), over))
+            elif spikes and H and spike_over(H, H):
+                # every plan re-running only H's ops fits G_H, but not if it re-runs all of them
+                S = grow(set(H), lambda S_: spike_over(S_, H))
+                Y = set(H)
+                for v in sorted(H):
+                    if time.perf_counter() < deadline and spike_over(S, Y - {v}):
+                        Y.discard(v)
+                core = tuple(v for v in order if v not in S)
+                clauses.append((tuple(sorted(core)), tuple(sorted(Y))))
+            else:
+                # a trap stopped by the deadline answers "fits" too: then it is no fixpoint
+                return result(value, cores, H, complete=time.perf_counter() < deadline)
+            check_cancel()
+            found: list = []
+            hs_value, hs, optimal = min_hitting_set([tuple(sorted(c)) for c in minimal], costs, deadline, clauses,
+                                                    upper=_known_cost(H, minimal, clauses, costs), pool=found)
+            if hs_value is None:  # an empty core (the trap of every op that may re-run), or clauses no set meets
+                return result(None, cores, infeasible=True)
+            # more cores never lower the least hitting cost: keep the best bound proved so far
+            value = max(value, hs_value)
+            target = stop_at() if callable(stop_at) else stop_at
+            if target is not None and value >= Fraction(target):
+                return result(value, cores, hs, complete=optimal)
+            if not optimal:
+                if not hs:  # stopped with nothing to show: the last set plus the new core's cheapest op
+                    hs = tuple(sorted(set(H) | {min(core, key=lambda v: (Fraction(costs[v]), v))} if core else H))
+                return result(value, cores, hs, complete=False)
+            H = hs
+            # the sets the solver passed on its way meet every core too and cost little more:
+            # their cores, found now, spare the solves that would propose them next
+            # (MaxSAT solvers' several cores per hitting set)
+            # (forward-trap levels only: a "no" from the pair or scheduler level costs seconds)
+            for other in [h for h in dict.fromkeys(reversed(found)) if h != hs and level[0] <= 1][:POOL_CORES]:
+                if time.perf_counter() < deadline and over(other):
+                    add_core(grow(set(other), over))
+        return result(value, cores, H, complete=False)
+    except _Cancelled:
+        return result(value, cores, H, complete=False)
