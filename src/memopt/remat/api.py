@@ -37,10 +37,10 @@ covers the whole call.
 With ``jobs >= 2`` (the default where this process may use two cores), at least
 :data:`AUTO_PARALLEL_MIN_SECONDS` and :data:`AUTO_PARALLEL_MIN_OPS` ops, ``min_cost`` runs
 the cost bound in a child process (:mod:`memopt.remat.cost_bound_process`) from the start,
-beside the heuristic, instead of after it: the bound needs no plan, and both are single-threaded. Before CP-SAT (which uses
-both cores) the child is asked for its bound; on a graph too large for the models it runs
-on to :data:`AUTO_PARALLEL_BOUND_SHARE` of the time while the local search polishes the plan
-and tells it every cheaper one. If the child fails, the bound is computed in this process
+beside the heuristic, instead of after it: the bound needs no plan, and both are
+single-threaded. Before CP-SAT (which uses both cores) the child is asked for its bound; on
+a graph too large for the models it runs on to :data:`AUTO_PARALLEL_BOUND_SHARE` of the time
+while the local search polishes the plan and tells it every cheaper one. If the child fails, the bound is computed in this process
 with the time left, as with ``jobs=1``; ``stats["parts"]["cost_bound"]["where"]`` says which.
 
 Every plan returned was checked by the independent checker
@@ -358,7 +358,7 @@ class _Call:
         t0 = time.perf_counter()
         end = budget_end if beside is None else min(budget_end, beside.started + beside.time_limit)
         runs, c0, rounds = best.plan.runs().tolist(), best.extra_cost, 0
-        found = None
+        found = None   # (plan, peak, extra cost) of the cheapest polished plan
         while end - time.perf_counter() >= 1.0 and (beside is None or not beside.done()):
             stop = end if beside is None else min(end, time.perf_counter() + min(POLISH_SLICE, 2.0 ** rounds))
             _, plan, pk, c, _ = improve_by_lns(self.p, runs, memory_limit, seed=self.seed + 1 + rounds, deadline=stop)
@@ -375,9 +375,9 @@ class _Call:
         key = "polish" if beside is None else "polish_beside_bound"
         parts[key] = {"extra_cost": c, "seconds": round(time.perf_counter() - t0, 3), "rounds": rounds}
         # _close checks the winner's peak, cost and limit with the independent checker
-        found = RematResult(plan=plan, peak=pk, extra_cost=c, status="feasible", lower_bound=best.lower_bound,
-                            cost_lower_bound=0, **{**common, "method": "heuristic (local search)"})
-        return _merge("min_cost", best, found)
+        polished = RematResult(plan=plan, peak=pk, extra_cost=c, status="feasible", lower_bound=best.lower_bound,
+                               cost_lower_bound=0, **{**common, "method": "heuristic (local search)"})
+        return _merge("min_cost", best, polished)
 
     def _restricted(self, best, cb, memory_limit: int, budget_end: float, common: dict, parts: dict):
         """A plan from CP-SAT with caps only on the cost bound's cheapest hitting set (and the

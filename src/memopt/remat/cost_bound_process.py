@@ -61,6 +61,7 @@ class CostBoundProcess:
         self.time_limit = float(time_limit)
         self.started = time.perf_counter()
         self._done: Future = Future()
+        self._lock = threading.Lock()
         self.error = None  # why the child gave no bound (None while it runs, or when it gave one)
         self._err = tempfile.TemporaryFile()
         env = dict(os.environ)
@@ -74,8 +75,7 @@ class CostBoundProcess:
                         "time_limit": self.time_limit, "stop_at": stop_at})
         except (OSError, pickle.PicklingError) as exc:
             self._proc = None
-            self.error = f"cannot start the child: {exc}"
-            self._done.set_result(None)
+            self._finish(None, f"cannot start the child: {exc}")
             return
         threading.Thread(target=self._read, name="memopt-cost-bound-reader", daemon=True).start()
 
@@ -92,9 +92,14 @@ class CostBoundProcess:
             kind, payload = pickle.load(self._proc.stdout)
         except Exception:  # noqa: BLE001 — a dead child's truncated pipe, whatever the unpickler says
             kind, payload = "error", None
-        if kind != "ok":
-            self.error = payload or "the child ended without an answer"
-        self._done.set_result(payload if kind == "ok" else None)
+        self._finish(payload if kind == "ok" else None, None if kind == "ok" else payload or "the child ended without an answer")
+
+    def _finish(self, bound, error) -> None:
+        """Settle the result once: the reader thread and :meth:`close` may both try."""
+        with self._lock:
+            if not self._done.done():
+                self.error = error
+                self._done.set_result(bound)
 
     def stop_at(self, value) -> None:
         """A plan of extra cost ``value`` exists: the bound may stop once it reaches it."""
@@ -115,33 +120,31 @@ class CostBoundProcess:
             left = self.started + self.time_limit - time.perf_counter()
             timeout = STOP_GRACE + (0.0 if stop else max(0.0, left))
         try:
-            bound = self._done.result(timeout=timeout)
+            self._done.result(timeout=timeout)
         except TimeoutError:
-            bound, self.error = None, f"no answer within {timeout:.1f} s"
+            self._finish(None, f"no answer within {timeout:.1f} s")
         self.close()
-        return bound
+        return self._done.result()
 
     def close(self) -> None:
         """End the child (if it still runs) and release its pipes."""
         if self._proc is None:
             return
         proc, self._proc = self._proc, None
-        for f in (proc.stdin,):
-            try:
-                f.close()
-            except OSError:
-                pass
+        try:
+            proc.stdin.close()
+        except OSError:
+            pass
         if proc.poll() is None:
             proc.kill()
         proc.wait()
-        proc.stdout.close()
+        self._finish(None, "the child ended without an answer")  # nothing if it answered
         if self.error is not None and proc.returncode not in (0, None):
             self._err.seek(0)
             tail = self._err.read().decode(errors="replace").strip().splitlines()[-1:]
             self.error += f" (exit {proc.returncode}{': ' + tail[0] if tail else ''})"
+        proc.stdout.close()
         self._err.close()
-        if not self._done.done():
-            self._done.set_result(None)
 
     def __del__(self):  # a caller that dropped it without result(): no orphan child
         try:

@@ -676,6 +676,7 @@ def _known_cost(H, cores, clauses, costs):
     for c in cores:
         if c and not chosen & c:
             chosen.add(min(c, key=lambda v: (Fraction(costs[v]), v)))
+    # an empty core is never met (no set meets it)
     if not all(chosen & c for c in cores) or \
             not all(chosen & set(c) or not set(y) <= chosen for c, y in clauses):
         return None
@@ -746,7 +747,7 @@ def cost_lower_bound(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit
         check_cancel()
         count[0] += 1
         if level[0] == 0 and len(levels) > 1 and held_inputs and time.perf_counter() > escalate_at:
-            level[0] = 1  # G_S alone has not reached its fixpoint in a third of the time: add G_S^+
+            level[0] = 1  # past ESCALATE_SHARE of the time (0: at once), G_S^+ joins G_S
         held, pt, et = levels[level[0]]
         return relaxed_trap_exceeds(graph, S, M, deadline=deadline, pair_time=pt, held_inputs=held, exact_time=et)
 
