@@ -310,7 +310,9 @@ def test_held_inputs_make_the_rerun_keep_its_input():
     assert forward_trap_bound(held_inputs_graph(g, [1])).value == 31
     assert bf.min_extra_cost(g, 30, 1)[0] == 10
     assert cost_lower_bound(g, 30, 1).value == 10
-    assert cost_lower_bound(g, 30, 1, held_inputs=False).value == 1
+    assert cost_lower_bound(g, 30, 1, held_inputs=False, last_runs=False).value == 1
+    # the order of last runs sees it too: A's last run is before B (a held) or after (x held)
+    assert cost_lower_bound(g, 30, 1, held_inputs=False).value == 10
 
 
 # ---------------------------------------------------------------------------- re-run spikes
@@ -390,10 +392,13 @@ def test_spike_clause_raises_the_bound_to_the_exhaustive_optimum():
                             with_inputs=False)
     limit = 66
     assert bf.min_extra_cost(g, limit, 1)[0] == 5
-    weak = cost_lower_bound(g, limit, 1, exact_time=2, spikes=False)
-    cb = cost_lower_bound(g, limit, 1, exact_time=2)
+    weak = cost_lower_bound(g, limit, 1, exact_time=2, spikes=False, last_runs=False)
+    cb = cost_lower_bound(g, limit, 1, exact_time=2, last_runs=False)
     assert (weak.value, weak.complete, weak.clauses) == (4, True, ())
     assert (cb.value, cb.complete, cb.clauses) == (5, True, (((0, 2, 4), (3,)),))
+    # the order of last runs finds it as a core: op 3's last run holds what the spike holds
+    both = cost_lower_bound(g, limit, 1, exact_time=2, spikes=False)
+    assert (both.value, both.complete) == (5, True)
     # the clause's spike graph: G_{S,Y} with the re-run of op 3 has no order within the limit
     from memopt.schedule import schedule
 

@@ -37,7 +37,7 @@ import numpy as np
 
 from memopt._jit import kernel
 
-__all__ = ["max_flow", "residual_network", "dinic", "picard_network"]
+__all__ = ["max_flow", "max_flow_value", "residual_network", "dinic", "picard_network"]
 
 
 @kernel
@@ -132,7 +132,8 @@ def dinic(num_nodes, s, t, first, arc_to, arc_cap, arc_next, level, it, queue, p
 
 
 @kernel
-def _max_flow_kernel(num_nodes, s, t, tails, heads, caps):
+def _solve_arcs(num_nodes, s, t, tails, heads, caps):
+    """Dinic on the arcs' residual network: ``(value, residual capacities, BFS levels)``."""
     m = tails.shape[0]
     first = np.empty(num_nodes, np.int64)
     arc_to = np.empty(2 * m, np.int64)
@@ -144,6 +145,20 @@ def _max_flow_kernel(num_nodes, s, t, tails, heads, caps):
     queue = np.empty(num_nodes, np.int64)
     path = np.empty(num_nodes, np.int64)
     value = dinic(num_nodes, s, t, first, arc_to, arc_cap, arc_next, level, it, queue, path)
+    return value, arc_cap, level
+
+
+@kernel
+def max_flow_value(num_nodes, s, t, tails, heads, caps):
+    """The maximum ``s``-``t`` flow value of the arcs ``tails[k] -> heads[k]`` (a kernel, for
+    compiled callers that need only the cut's value)."""
+    return _solve_arcs(num_nodes, s, t, tails, heads, caps)[0]
+
+
+@kernel
+def _max_flow_kernel(num_nodes, s, t, tails, heads, caps):
+    m = tails.shape[0]
+    value, arc_cap, level = _solve_arcs(num_nodes, s, t, tails, heads, caps)
     flows = np.empty(m, np.int64)
     for k in range(m):
         flows[k] = caps[k] - arc_cap[2 * k]

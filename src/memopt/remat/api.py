@@ -38,7 +38,9 @@ With ``jobs >= 2`` (the default where this process may use two cores), at least
 :data:`AUTO_PARALLEL_MIN_SECONDS` and :data:`AUTO_PARALLEL_MIN_OPS` ops, ``min_cost`` runs
 the cost bound in a child process (:mod:`memopt.remat.cost_bound_process`) from the start,
 beside the heuristic, instead of after it: the bound needs no plan, and both are
-single-threaded. Before CP-SAT (which uses both cores) the child is asked for its bound; on
+single-threaded. Before CP-SAT (which uses both cores) the child is asked for its bound, once
+it is done or has had :data:`AUTO_BOUND_SHARE` of the time the heuristic left (the local
+search polishes the plan meanwhile, as below); on
 a graph too large for the models it runs on to :data:`AUTO_PARALLEL_BOUND_SHARE` of the time
 while the local search polishes the plan and tells it every cheaper one. If the child fails, the bound is computed in this process
 with the time left, as with ``jobs=1``; ``stats["parts"]["cost_bound"]["where"]`` says which.
@@ -282,7 +284,14 @@ class _Call:
             if _open(best, lower) and slots <= AUTO_EXACT_SLOTS:
                 cb = None
                 if question == "min_cost":
-                    # CP-SAT needs both cores: the bound's child stops here (it had the heuristic's time)
+                    if bg is not None and inc is not None:
+                        # a heuristic that ended early leaves the child short of the time the bound
+                        # would get after it (random layered n100: 20 s of 135, bound 389 instead
+                        # of 444): it runs on for up to that share while the local search polishes
+                        until = time.perf_counter() + AUTO_BOUND_SHARE * max(0.0, budget_end - time.perf_counter())
+                        best = self._polish(best, memory_limit, min(budget_end, until), common, parts, beside=bg)
+                        inc = best.plan
+                    # CP-SAT needs both cores: the bound's child stops here
                     cb = self._cost_bound(bg, memory_limit, best, budget_end, AUTO_BOUND_SHARE, parts, wait=False)
                 e = get_method("cpsat").load()(p, question=question, memory_limit=memory_limit,
                                                cost_budget=cost_budget, cap=list(p.caps),

@@ -491,9 +491,10 @@ def _decompose(full: RematProblem, early, cb, deadline: float, seed: int, num_wo
         """True (a plan, now a candidate incumbent), False (proved infeasible), None (unknown)."""
         nonlocal checks
         checks += 1
-        # held inputs: G_S^+ is a sound oracle too (proofs/remat_cost_bounds.md, Theorem 1')
+        # held inputs (G_S^+) and last runs are sound oracles too (proofs/remat_cost_bounds.md,
+        # Theorems 1' and 6: an op that never re-runs is never inverted)
         if relaxed_trap_exceeds(full.graph, [v for v in range(n) if caps_of(y)[v] > 0], M, deadline=deadline,
-                                held_inputs=True):
+                                held_inputs=True, last_runs=True):
             return False
         left = deadline - time.perf_counter()
         if left <= 0.05:

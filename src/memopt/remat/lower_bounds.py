@@ -476,7 +476,8 @@ def _scheduled_above(g: TensorGraph, limit: int, seconds: float) -> bool:
 
 
 def relaxed_trap_exceeds(graph: TensorGraph, rerun, limit: int, *, deadline: float = float("inf"),
-                         pair_time: float = 0.0, held_inputs: bool = False, exact_time: float = 0.0) -> bool:
+                         pair_time: float = 0.0, held_inputs: bool = False, exact_time: float = 0.0,
+                         last_runs: bool = False) -> bool:
     """Does the relaxed graph ``G_rerun`` have a forward trap (or its start or end memory)
     above ``limit``? The same cuts as :func:`relaxed_peak_bound`, but only for ops whose
     cheap upper estimate exceeds ``limit``, and it stops at the first trap above it. At the
@@ -488,6 +489,9 @@ def relaxed_trap_exceeds(graph: TensorGraph, rerun, limit: int, *, deadline: flo
     no-recomputation peak of ``G_rerun`` too, so Theorem 1 applies to it unchanged (the
     random layered graphs, whose single traps stay below 0.9 of their optimum, need it).
     ``held_inputs``: also try :func:`held_inputs_graph` (``G_S^+``; its pair trap first).
+    ``last_runs``: then also the last-run trap of ``rerun``
+    (:func:`memopt.remat.last_runs.last_run_trap_exceeds`, ``proofs/remat_cost_bounds.md``
+    §6), before any pair trap.
     ``exact_time > 0``: then also the scheduler's proved lower bound on the least peak of
     the same graphs (:func:`memopt.schedule.schedule`, up to that many seconds each): on
     ``random_layered_n100`` it proves ``OPT_order(G_{44,50}) = 33,190`` above the limit
@@ -507,6 +511,12 @@ def relaxed_trap_exceeds(graph: TensorGraph, rerun, limit: int, *, deadline: flo
     for g in graphs:
         dags.append(_relaxed_dag(g, op_anc))
         if _forward_trap_above(dags[-1], limit, deadline, hints, graph.num_ops):
+            return True
+    if last_runs:
+        from memopt.remat.last_runs import last_run_trap_exceeds
+
+        if last_run_trap_exceeds(graph, rerun, limit, deadline=deadline,
+                                 hints=graph._cache.setdefault("remat_last_run_hints", [])):
             return True
     for d in dags:
         budget = min(float(pair_time), deadline - time.perf_counter())
@@ -685,7 +695,8 @@ def _known_cost(H, cores, clauses, costs):
 
 def cost_lower_bound(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit: float = 5.0,
                      stop_at=None, pair_time: float | None = None, held_inputs: bool = True,
-                     spikes: bool = True, exact_time: float | None = None, cancel=None) -> CostBound:
+                     spikes: bool = True, exact_time: float | None = None, cancel=None,
+                     last_runs: bool = True) -> CostBound:
     """A lower bound on the extra cost of every plan within the caps whose peak is at most
     ``memory_limit`` (``proofs/remat_cost_bounds.md``, Theorem 2), with its cores.
 
@@ -702,7 +713,9 @@ def cost_lower_bound(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit
     The oracle "``G_S`` has a trap above the limit", in levels, each switched on once the one
     below finds no more cores: the forward trap of ``G_S``; with ``held_inputs`` (default)
     also that of :func:`held_inputs_graph` ``G_S^+`` (Theorem 1'; asked first, and from the
-    start: :data:`ESCALATE_SHARE`); then also their pair
+    start: :data:`ESCALATE_SHARE`) and, with ``last_runs`` (default), the last-run trap of
+    ``S`` (:mod:`memopt.remat.last_runs`, §6: the order of last runs, which holds a tensor
+    made by an op of ``S`` from its producer's last run to its later readers); then also their pair
     traps, up to ``pair_time`` seconds per question (default ``time_limit / 20``; 0 turns it
     off); then also the least-peak bound the scheduler proves for them, up to ``exact_time``
     seconds per graph (default ``time_limit / 10``; 0 turns it off) (Corollary 2').
@@ -734,8 +747,10 @@ def cost_lower_bound(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit
     # Checkmate graphs) the scheme runs as fast as with it alone
     pair = max(0.0, float(time_limit)) / 20 if pair_time is None else float(pair_time)
     exact = max(0.0, float(time_limit)) / 10 if exact_time is None else float(exact_time)
-    levels = [(False, 0.0, 0.0)] + ([(True, 0.0, 0.0)] if held_inputs else []) + \
-        ([(held_inputs, pair, 0.0)] if pair > 0 else []) + ([(held_inputs, pair, exact)] if exact > 0 else [])
+    second = held_inputs or last_runs
+    levels = [(False, False, 0.0, 0.0)] + ([(held_inputs, last_runs, 0.0, 0.0)] if second else []) + \
+        ([(held_inputs, last_runs, pair, 0.0)] if pair > 0 else []) + \
+        ([(held_inputs, last_runs, pair, exact)] if exact > 0 else [])
     level = [0]
     escalate_at = t0 + ESCALATE_SHARE * max(0.0, float(time_limit))
 
@@ -746,10 +761,11 @@ def cost_lower_bound(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit
     def over(S) -> bool:
         check_cancel()
         count[0] += 1
-        if level[0] == 0 and len(levels) > 1 and held_inputs and time.perf_counter() > escalate_at:
-            level[0] = 1  # past ESCALATE_SHARE of the time (0: at once), G_S^+ joins G_S
-        held, pt, et = levels[level[0]]
-        return relaxed_trap_exceeds(graph, S, M, deadline=deadline, pair_time=pt, held_inputs=held, exact_time=et)
+        if level[0] == 0 and len(levels) > 1 and second and time.perf_counter() > escalate_at:
+            level[0] = 1  # past ESCALATE_SHARE of the time (0: at once), G_S^+ and last runs join G_S
+        held, last, pt, et = levels[level[0]]
+        return relaxed_trap_exceeds(graph, S, M, deadline=deadline, pair_time=pt, held_inputs=held, exact_time=et,
+                                    last_runs=last)
 
     def fits(S) -> bool:
         """No trap above the limit found for ``S``, at the strongest level needed."""
