@@ -111,6 +111,41 @@ def _chain_case() -> TensorGraph:
          Op("O", inputs=["b", "w"], outputs=["o"], cost=9)])
 
 
+def _odd_graph(rng, n: int) -> TensorGraph:
+    """Graphs with what the random generator above never makes: ops without outputs, an op
+    reading one tensor twice, graph inputs that are outputs or resident, zero-size tensors."""
+    tensors, ops, avail = [], [], []
+    for k in range(int(rng.integers(0, 3))):
+        r = rng.random()
+        tensors.append(Tensor(f"in{k}", int(rng.integers(0, 9)), resident=bool(r < 0.15), output=bool(0.15 <= r < 0.3)))
+        avail.append(f"in{k}")
+    for v in range(n):
+        reads = [t for t in avail if rng.random() < 0.45]
+        if reads and rng.random() < 0.2:
+            reads.append(reads[0])
+        outs = [f"t{v}_{k}" for k in range(int(rng.choice([0, 1, 1, 1, 2, 2])))]
+        tensors += [Tensor(t, int(rng.integers(0, 9)), output=bool(rng.random() < 0.15)) for t in outs]
+        ws = int(rng.integers(0, 12)) if rng.random() < 0.35 else 0
+        ops.append(Op(f"o{v}", tuple(reads), tuple(outs), workspace=ws, cost=1.0))
+        avail += outs
+    return TensorGraph.build(tensors, ops)
+
+
+@SETTINGS
+@given(st.tuples(st.integers(0, 2**32 - 1), st.integers(2, 5), st.integers(1, 2), st.integers(0, 2**20)))
+def test_odd_graphs_each_run_is_at_least_its_trap(args):
+    seed, n, k, pick = args
+    g = _odd_graph(np.random.default_rng(seed), n)
+    S = [v for v in range(g.num_ops) if pick >> v & 1]
+    least, _, plan = bf.min_peak(g, BIG, [k if v in S else 0 for v in range(g.num_ops)])
+    ev = evaluate_plan(g, plan)
+    first, last, _ = _plan_facts(g, plan)
+    for v in range(g.num_ops):
+        assert last_run_trap(g, S, v) <= int(ev.profile[last[v] + 1])
+        assert last_run_trap(g, S, v, first=True) <= int(ev.profile[first[v] + 1])
+    assert last_run_trap_bound(g, S, first_runs=False) <= last_run_trap_bound(g, S) <= least
+
+
 def test_a_chain_of_reruns_holds_one_of_its_links():
     """Re-making ``b`` after ``W`` needs ``a`` at ``B``'s last run, so ``a`` or, further back,
     ``y`` is held across ``W`` if ``b`` is not: the last-run trap of ``W`` counts the least of

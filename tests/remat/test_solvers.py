@@ -438,3 +438,22 @@ def test_the_full_model_after_the_decomposition_uses_its_no_goods_and_proves_the
                                                                                             "ops_that_may_rerun": 1}
     assert r.stats["solver_status"] == "INFEASIBLE"
     check_plan(g, r.plan, cap=3, claimed_peak=r.peak, claimed_extra_cost=r.extra_cost)
+
+
+def test_a_core_with_a_zero_cost_op_is_no_no_good():
+    """Z is free to re-run, P costs 1; below 17 bytes one of z, p must be re-made after W.
+    The cost bound's core {Z} is met by re-running Z for nothing, so the decomposition must
+    not read it as "re-run some positive-cost op of it" (a no-good nothing meets, which once
+    made the decomposition call this feasible instance infeasible)."""
+    g = TensorGraph.build(
+        [Tensor("z", 5), Tensor("p", 5), Tensor("x", 1), Tensor("w", 1), Tensor("o", 1, output=True)],
+        [Op("Z", outputs=["z"], cost=0), Op("P", outputs=["p"], cost=1), Op("X", inputs=["z", "p"], outputs=["x"], cost=5),
+         Op("W", inputs=["x"], outputs=["w"], workspace=10, cost=5),
+         Op("Y", inputs=["z", "p", "w"], outputs=["o"], cost=5)])
+    best, plan = min_extra_cost(g, 16, 1)
+    assert best is not None and plan is not None
+    for decompose in (False, True):
+        r = solve_cpsat(g, "min_cost", memory_limit=16, cap=1, time_limit=30, num_workers=1, decompose=decompose,
+                        restrict=False)
+        assert r.status == "optimal" and r.extra_cost == best
+        assert check_plan(g, r.plan, cap=1)[0] <= 16

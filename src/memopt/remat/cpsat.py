@@ -472,7 +472,10 @@ def _decompose(full: RematProblem, early, cb, deadline: float, seed: int, num_wo
     costs = full.costs
     pos = [v for v in range(n) if full.caps[v] > 0 and costs[v] != 0]
     zero = [v for v in range(n) if full.caps[v] > 0 and costs[v] == 0]
-    nogoods = [{v: (0 if v in set(c) else full.caps[v]) for v in pos} for c in cb.cores]
+    # a core is "some op of C re-runs"; read as caps on the positive-cost ops it is a no-good
+    # only if C has no zero-cost op (those keep their caps, and re-running one meets the core)
+    free = set(zero)
+    nogoods = [{v: (0 if v in set(c) else full.caps[v]) for v in pos} for c in cb.cores if not free & set(c)]
     lb = Fraction(cb.value)
     scaled, factor, _ = cost_scale(full)
     rounds = checks = relaxed = 0
@@ -491,8 +494,8 @@ def _decompose(full: RematProblem, early, cb, deadline: float, seed: int, num_wo
         """True (a plan, now a candidate incumbent), False (proved infeasible), None (unknown)."""
         nonlocal checks
         checks += 1
-        # held inputs (G_S^+) and last runs are sound oracles too (proofs/remat_cost_bounds.md,
-        # Theorems 1' and 6: an op that never re-runs is never inverted)
+        # held inputs (G_S^+) and first and last runs are sound oracles too (proofs/remat_cost_bounds.md,
+        # Theorems 1' and 6': under the caps y only the ops with a positive cap re-run)
         if relaxed_trap_exceeds(full.graph, [v for v in range(n) if caps_of(y)[v] > 0], M, deadline=deadline,
                                 held_inputs=True, last_runs=True):
             return False

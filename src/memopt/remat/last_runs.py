@@ -67,6 +67,7 @@ from memopt import _jit
 from memopt._jit import kernel
 from memopt.core.closure import max_flow_value, picard_network
 from memopt.core.tensor_graph import TensorGraph
+from memopt.errors import OptionError
 
 __all__ = ["last_run_trap", "last_run_trap_bound", "last_run_trap_exceeds"]
 
@@ -247,7 +248,10 @@ def _last_run_traps(nodes, ops, limit, N, edges, req_ptr, req_idx, dep_ptr, dep_
 
 
 def _mask(n: int, rerun) -> np.ndarray:
+    """A boolean mask over the ops from a mask or a collection of op ids."""
     if isinstance(rerun, np.ndarray) and rerun.dtype == bool:
+        if rerun.shape != (n,):
+            raise OptionError(f"a mask over {n} ops has shape ({n},), got {rerun.shape}")
         return rerun
     m = np.zeros(n, bool)
     idx = [int(v) for v in rerun]
@@ -280,8 +284,8 @@ def _runner(graph: TensorGraph, rerun, first_runs: bool) -> _Runner:
 
 
 def last_run_trap(graph: TensorGraph, rerun, v: int, *, first: bool = False) -> int:
-    """The least memory at the last run of op ``v`` (``first``: at its first run) over
-    every plan that re-runs only ops of ``rerun`` (a list of op ids or a boolean mask), by
+    """A lower bound on the memory at the last run of op ``v`` (``first``: at its first run)
+    in every plan that re-runs only ops of ``rerun`` (a list of op ids or a boolean mask), by
     one cut (module docstring). An op outside ``rerun`` runs once: both are that run."""
     r = _runner(graph, rerun, first)
     rows = np.flatnonzero(r.events[:, 1] == int(v))
