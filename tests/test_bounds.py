@@ -145,8 +145,19 @@ def test_min_cut_equals_brute_force_min_closure(dag):
 def test_forward_trap_exceeds_answers_the_bound(dag, shift):
     """The early-exit test says yes exactly when the forward trap bound is above the limit."""
     value = forward_trap_bound(dag).value
+    hints = list(range(dag.n))[::-1]          # every node, worst first: the answer must not change
     for limit in (value + shift, value - 1, value):
         assert forward_trap_exceeds(dag, limit) == (value > limit)
+        assert forward_trap_exceeds(dag, limit, hints=hints, keep_hints=3) == (value > limit)
+        assert len(hints) <= max(3, dag.n)
+    # a yes decided by a node's trap (not the start or end memory) puts that node first
+    found: list = []
+    assert forward_trap_exceeds(dag, value - 1, hints=found, keep_hints=2)
+    assert len(found) <= 1
+    if found:
+        assert node_trap_values(dag)[found[0]] > value - 1
+        assert forward_trap_exceeds(dag, value - 1, hints=found, keep_hints=2) and len(found) == 1
+    assert not forward_trap_exceeds(dag, value, hints=found) and len(found) <= 1
 
 
 def test_impossible_forcing_gives_no_cut():

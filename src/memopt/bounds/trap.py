@@ -404,13 +404,20 @@ def forward_trap_bound(dag, *, time_limit: float | None = None) -> Bound:
     return _max_trap(dag, False, "forward_trap", time_limit)
 
 
-def forward_trap_exceeds(dag, limit: int, *, deadline: float = float("inf")) -> bool:
+def forward_trap_exceeds(dag, limit: int, *, deadline: float = float("inf"), hints: list | None = None,
+                         keep_hints: int = 4, hint_below: int | None = None) -> bool:
     """Is :func:`forward_trap_bound` above ``limit``? The same cuts, but only for nodes whose
     cheap upper estimate exceeds ``limit``, stopping at the first trap above it: a fast
     feasibility test for callers that ask it many times (the recomputation cost bounds).
     At the deadline, and on DAGs above ``MAX_TRAP_NODES`` beyond start and end memory, it
     answers ``False``: the weaker answer, always safe for a caller that uses ``True`` as a
-    proof that ``limit`` is below every schedule's peak."""
+    proof that ``limit`` is below every schedule's peak.
+
+    ``hints``: a list of nodes, kept by a caller that asks about many similar DAGs, tried
+    first; the node whose trap is found above ``limit`` moves to its front (only nodes below
+    ``hint_below``, e.g. the ops of relaxed graphs whose other nodes differ; at most
+    ``keep_hints``). The answer does not depend on the order (any trap above ``limit`` is a
+    yes, a no checks every node that could exceed it); only the number of cuts does."""
     dag = _as_dag(dag)
     base, end = int(dag.base), int(dag.base) + int(np.asarray(dag.delta, np.int64).sum())
     if max(base, end if dag.n else base) > limit:
@@ -419,10 +426,18 @@ def forward_trap_exceeds(dag, limit: int, *, deadline: float = float("inf")) -> 
         return False
     net = _net(dag)
     ub = _cheap_estimates(net)
-    for v in np.argsort(-ub, kind="stable").tolist():
+    first = [v for v in (hints or ()) if 0 <= v < net.n and ub[v] > limit]
+    tried = set(first)
+    # hints all have ub > limit; in the sorted rest the first ub <= limit ends the search
+    for v in first + [v for v in np.argsort(-ub, kind="stable").tolist() if v not in tried]:
         if ub[v] <= limit or time.perf_counter() > deadline:
             return False
         if _solve(net, v).value > limit:
+            if hints is not None and (hint_below is None or v < hint_below):
+                if v in hints:
+                    hints.remove(v)
+                hints.insert(0, v)
+                del hints[keep_hints:]
             return True
     return False
 

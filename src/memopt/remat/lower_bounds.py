@@ -536,37 +536,14 @@ TRAP_HINTS = 4
 
 
 def _forward_trap_above(dag, limit: int, deadline: float, hints: list, num_ops: int) -> bool:
-    """:func:`memopt.bounds.trap.forward_trap_exceeds`, trying the op nodes of ``hints`` first
-    and moving the node found to the front of ``hints``. The answer is the same (any trap
-    above ``limit`` is a yes; a no checks every node that could exceed it); only the number
-    of cuts changes: on ``random_layered_n250`` one op's trap decides most relaxed graphs,
-    which the plain loop (by decreasing upper estimate) reached after ~20 cuts. ``num_ops``:
-    the nodes below it are ops (``graph_to_dag``), the same in every relaxed graph."""
-    from memopt.bounds.trap import MAX_TRAP_NODES, _cheap_estimates, _net, _solve, forward_trap_exceeds
+    """:func:`memopt.bounds.trap.forward_trap_exceeds` with the op nodes of ``hints`` tried
+    first (the node found moves to the front). The answer is the same; only the number of
+    cuts changes: on ``random_layered_n250`` one op's trap decides most relaxed graphs, which
+    the plain loop (by decreasing upper estimate) reached after ~20 cuts. ``num_ops``: the
+    nodes below it are ops (``graph_to_dag``), the same in every relaxed graph."""
+    from memopt.bounds.trap import forward_trap_exceeds
 
-    if dag.n == 0 or dag.n > MAX_TRAP_NODES:
-        return forward_trap_exceeds(dag, limit, deadline=deadline)
-    net = _net(dag)
-    if max(net.base, net.end) > limit:
-        return True
-    ub = _cheap_estimates(net)
-    for v in list(hints):
-        if time.perf_counter() > deadline:
-            return False
-        if v < net.n and ub[v] > limit and _solve(net, v).value > limit:
-            hints.remove(v)
-            hints.insert(0, v)
-            return True
-    tried = set(hints)
-    for v in np.argsort(-ub, kind="stable").tolist():
-        if ub[v] <= limit or time.perf_counter() > deadline:
-            return False
-        if v not in tried and _solve(net, v).value > limit:
-            if v < num_ops:   # an op node: the same id in every relaxed graph (releases follow)
-                hints.insert(0, v)
-                del hints[TRAP_HINTS:]
-            return True
-    return False
+    return forward_trap_exceeds(dag, limit, deadline=deadline, hints=hints, keep_hints=TRAP_HINTS, hint_below=num_ops)
 
 
 #: the share of ``cost_lower_bound``'s time after which G_S^+ joins the oracle even if the
