@@ -75,7 +75,7 @@ from memopt.errors import GraphError, InternalError
 
 __all__ = [
     "Bound", "forward_trap_bound", "forward_trap_exceeds", "reverse_trap_bound", "pair_trap_bound", "node_trap_values",
-    "simple_bounds", "simple_dag_bounds", "best_bound", "trap_cut", "probing_trap_bound",
+    "simple_bounds", "simple_dag_bounds", "best_bound", "trap_cut", "probing_trap_bound", "remember_hint",
 ]
 
 
@@ -434,12 +434,18 @@ def forward_trap_exceeds(dag, limit: int, *, deadline: float = float("inf"), hin
             return False
         if _solve(net, v).value > limit:
             if hints is not None and (hint_below is None or v < hint_below):
-                if v in hints:
-                    hints.remove(v)
-                hints.insert(0, v)
-                del hints[keep_hints:]
+                remember_hint(hints, v, keep_hints)
             return True
     return False
+
+
+def remember_hint(hints: list, key, keep: int) -> None:
+    """Move ``key`` (what decided the last question) to the front of ``hints``, keeping at
+    most ``keep`` entries: the order in which repeated exceed-tests try their candidates."""
+    if key in hints:
+        hints.remove(key)
+    hints.insert(0, key)
+    del hints[keep:]
 
 
 def reverse_trap_bound(dag, *, time_limit: float | None = None) -> Bound:

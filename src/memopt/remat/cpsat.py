@@ -475,7 +475,8 @@ def _decompose(full: RematProblem, early, cb, deadline: float, seed: int, num_wo
     # a core is "some op of C re-runs"; read as caps on the positive-cost ops it is a no-good
     # only if C has no zero-cost op (those keep their caps, and re-running one meets the core)
     free = set(zero)
-    nogoods = [{v: (0 if v in set(c) else full.caps[v]) for v in pos} for c in cb.cores if not free & set(c)]
+    core_sets = [set(c) for c in cb.cores]
+    nogoods = [{v: (0 if v in c else full.caps[v]) for v in pos} for c in core_sets if not free & c]
     lb = Fraction(cb.value)
     scaled, factor, _ = cost_scale(full)
     rounds = checks = relaxed = 0

@@ -65,6 +65,7 @@ import numpy as np
 
 from memopt import _jit
 from memopt._jit import kernel
+from memopt.bounds.trap import remember_hint
 from memopt.core.closure import max_flow_value, picard_network
 from memopt.core.tensor_graph import TensorGraph
 from memopt.errors import OptionError
@@ -92,6 +93,8 @@ class _Static(NamedTuple):
     op_edges: np.ndarray      # (k, 2) distinct (producer, reader) op pairs
     rel_edges: np.ndarray     # (k, 2) (required node, release node) pairs
     inf: int                  # a capacity above every finite cut
+    prod: np.ndarray          # int64 tensor -> producer op, -1 for graph inputs
+    size: np.ndarray          # int64 tensor sizes
 
 
 def _static(graph: TensorGraph) -> _Static:
@@ -135,7 +138,8 @@ def _static(graph: TensorGraph) -> _Static:
     rel.append(np.stack([prod[pm], release[pm]], axis=1))
     rel_edges = np.unique(np.concatenate(rel).reshape(-1, 2), axis=0).astype(np.int64)
     inf = int(np.abs(w).sum()) + 1
-    cached = _Static(n, N, release, w, base, end, in_ptr, in_idx, fixed, op_edges.astype(np.int64), rel_edges, inf)
+    cached = _Static(n, N, release, w, base, end, in_ptr, in_idx, fixed, op_edges.astype(np.int64), rel_edges, inf,
+                     prod, size)
     graph._cache["remat_last_runs"] = cached
     return cached
 
@@ -272,13 +276,11 @@ def _runner(graph: TensorGraph, rerun, first_runs: bool) -> _Runner:
     N, e, req_ptr, req_idx, dep_ptr, dep_idx, events = _network(st, _mask(st.n, rerun), first_runs)
     fn = _jit.choose(_last_run_traps, N)
     w = np.concatenate([st.w, np.zeros(N - st.num_nodes, np.int64)])
-    prod = graph.tensor_producer.astype(np.int64)
-    size = graph.tensor_size.astype(np.int64)
 
     def run(rows, limit: int) -> np.ndarray:
         rows = np.asarray(rows, np.int64)
         return fn(np.ascontiguousarray(events[rows, 0]), np.ascontiguousarray(events[rows, 1]), np.int64(limit),
-                  np.int64(N), e, req_ptr, req_idx, dep_ptr, dep_idx, w, st.release, prod, size, st.in_ptr,
+                  np.int64(N), e, req_ptr, req_idx, dep_ptr, dep_idx, w, st.release, st.prod, st.size, st.in_ptr,
                   st.in_idx, st.fixed, np.int64(st.base), np.int64(st.inf))
     return _Runner(events, run)
 
@@ -328,10 +330,6 @@ def last_run_trap_exceeds(graph: TensorGraph, rerun, limit: int, *, deadline: fl
         above = np.flatnonzero(vals > limit)
         if above.size:
             i = chunk[int(above[0])]
-            key = (int(r.events[i, 1]), bool(i >= st.n))
-            if key in hints:
-                hints.remove(key)
-            hints.insert(0, key)
-            del hints[HINTS:]
+            remember_hint(hints, (int(r.events[i, 1]), bool(i >= st.n)), HINTS)
             return True
     return False
