@@ -38,8 +38,10 @@ def test_the_child_returns_the_bound_of_the_same_call_here():
     here = cost_lower_bound(g, 11, 1, time_limit=30)
     child = CostBoundProcess(g, 11, [1] * g.num_ops, time_limit=30).result()
     assert here.complete and child is not None
-    assert (child.value, child.cores, child.hitting_set, child.infeasible, child.complete) == \
-        (here.value, here.cores, here.hitting_set, here.infeasible, here.complete) == (5, ((0,),), (0,), False, True)
+    assert (child.value, child.cores, child.hitting_set, child.infeasible, child.complete, child.cuts) == \
+        (here.value, here.cores, here.hitting_set, here.infeasible, here.complete, here.cuts)
+    # the trap cuts (A's 6 bytes are live across B and C) give the bound before any core
+    assert (here.value, here.cores, here.hitting_set, [c.ops for c in here.cuts]) == (5, (), (0,), [(0,), (0,)])
 
 
 def test_a_graph_pickles_without_its_cache_and_answers_the_same():

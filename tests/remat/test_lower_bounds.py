@@ -180,8 +180,12 @@ def test_cost_bound_of_a_value_held_across_the_peak_is_its_recomputation():
         tensors=[Tensor("a", 6), Tensor("m", 1), Tensor("b", 5), Tensor("c", 1), Tensor("z", 1, output=True)],
         ops=[Op("A", (), ("a",), cost=5), Op("M", ("a",), ("m",), cost=1), Op("B", ("m",), ("b",), cost=1),
              Op("C", ("b",), ("c",), cost=1), Op("Z", ("a", "c"), ("z",), cost=1)])
-    cb = cost_lower_bound(g, 11, 1)
+    cb = cost_lower_bound(g, 11, 1, trap_cuts=False)
     assert (cb.value, cb.cores, cb.infeasible, cb.complete) == (5, ((0,),), False, True)
+    # the trap cuts say it before any core: B's trap (12) needs 1 byte that only A uncovers
+    cb = cost_lower_bound(g, 11, 1)
+    assert (cb.value, cb.cores, cb.infeasible, cb.complete, cb.hitting_set) == (5, (), False, True, (0,))
+    assert [(c.op, c.need, c.ops) for c in cb.cuts] == [(2, 1, (0,)), (3, 1, (0,))]
     assert bf.min_extra_cost(g, 11, 1)[0] == 5
     assert cost_lower_bound(g, 12, 1).value == 0          # no re-run needed at 12
     assert cost_lower_bound(g, 7, 1).infeasible           # Z alone needs a, c, z: 8 bytes

@@ -318,9 +318,13 @@ def test_core_fixing_keeps_only_the_runs_below_the_incumbent_and_the_model_prove
 
     g = held_value_graph(3)
     p = RematProblem.of(g, 2)
-    cb = cost_lower_bound(g, 22, 2, time_limit=5)
+    cb = cost_lower_bound(g, 22, 2, time_limit=5, trap_cuts=False)
     assert (cb.value, cb.cores) == (1, ((0,),))
     assert core_fixed_caps(p, reduced_caps(p, 2), cb.cores, 2) == [1, 0, 0, 0, 0, 0, 0]
+    # the trap cuts (no core then) fix the same caps: every row needs A's bytes
+    with_cuts = cost_lower_bound(g, 22, 2, time_limit=5)
+    assert (with_cuts.value, with_cuts.cores) == (1, ()) and with_cuts.cuts
+    assert core_fixed_caps(p, reduced_caps(p, 2), (), 2, cuts=with_cuts.cuts) == [1, 0, 0, 0, 0, 0, 0]
     assert core_fixed_caps(p, reduced_caps(p, 2), cb.cores, 2, strict=False) == [2, 0, 0, 0, 0, 0, 0]
     # a core no op may re-run in: nothing is cheaper than the incumbent, every cap goes
     assert core_fixed_caps(p, [0] * 7, cb.cores, 2) == [0] * 7
@@ -429,15 +433,23 @@ def test_the_full_model_after_the_decomposition_uses_its_no_goods_and_proves_the
 
     g = held_value_graph(4)
     p = RematProblem.of(g, 3)
+    from memopt.remat.lower_bounds import cost_lower_bound
+
     incumbent = plan_from_runs(p, [0, 1, 2, 3, 0, 4, 0, 5, 6, 0, 7, 8])
+    # with the trap cuts the cost bound has no core (its rows say the same): without them here
+    cb = cost_lower_bound(g, 22, 3, time_limit=5, trap_cuts=False)
     r = solve_cpsat(g, "min_cost", memory_limit=22, cap=3, time_limit=60, incumbent=incumbent, decompose=True,
-                    decompose_share=0.0)
+                    decompose_share=0.0, cost_bound=cb)
     assert (r.status, r.extra_cost, r.cost_lower_bound) == ("optimal", 3, 3)
     assert r.stats["decomposition"]["rounds"] == 0
     assert {k: r.stats["nogood_fixed_caps"][k] for k in ("slots", "ops_that_may_rerun")} == {"slots": 11,
                                                                                             "ops_that_may_rerun": 1}
     assert r.stats["solver_status"] == "INFEASIBLE"
     check_plan(g, r.plan, cap=3, claimed_peak=r.peak, claimed_extra_cost=r.extra_cost)
+    # with the cuts (the default bound) the caps are fixed on them and the model proves it too
+    r = solve_cpsat(g, "min_cost", memory_limit=22, cap=3, time_limit=60, incumbent=incumbent, decompose=True,
+                    decompose_share=0.0)
+    assert (r.status, r.extra_cost, r.cost_lower_bound, r.stats["solver_status"]) == ("optimal", 3, 3, "INFEASIBLE")
 
 
 def test_a_core_with_a_zero_cost_op_is_no_no_good():

@@ -76,6 +76,7 @@ from memopt.errors import GraphError, InternalError
 __all__ = [
     "Bound", "forward_trap_bound", "forward_trap_exceeds", "reverse_trap_bound", "pair_trap_bound", "node_trap_values",
     "simple_bounds", "simple_dag_bounds", "best_bound", "trap_cut", "probing_trap_bound", "remember_hint",
+    "traps_above",
 ]
 
 
@@ -469,6 +470,27 @@ def node_trap_values(dag, *, reverse: bool = False) -> np.ndarray:
     net = _net(_as_dag(dag))
     cuts = _all_traps(net, np.arange(net.n, dtype=np.int64), reverse, prune_below=None)
     return np.array([cuts[v].value for v in range(net.n)], np.int64)
+
+
+def traps_above(dag, limit: int, nodes=None, *, deadline: float = float("inf")) -> dict[int, int]:
+    """``{v: T(v)}`` for every node ``v`` of ``nodes`` (default: all) whose exact forward trap
+    exceeds ``limit``: one cut per node whose cheap upper estimate exceeds it, none for the
+    others (their trap cannot). At the deadline (and on DAGs above ``MAX_TRAP_NODES``) the
+    nodes not reached yet are left out: a caller that uses each value as a bound stays sound."""
+    dag = _as_dag(dag)
+    if dag.n == 0 or dag.n > MAX_TRAP_NODES:
+        return {}
+    net = _net(dag)
+    ub = _cheap_estimates(net)
+    nodes = np.arange(net.n, dtype=np.int64) if nodes is None else np.asarray(nodes, np.int64)
+    out: dict[int, int] = {}
+    for v in nodes[ub[nodes] > limit].tolist():
+        if time.perf_counter() > deadline:
+            break
+        value = int(_solve(net, v).value)
+        if value > limit:
+            out[v] = value
+    return out
 
 
 # ---------------------------------------------------------------------------- pair branching

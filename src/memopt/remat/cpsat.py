@@ -152,12 +152,12 @@ def solve_cpsat(problem, question: str, *, memory_limit: int | None = None, cost
             if early.incumbent is not None and Fraction(early.incumbent_cost) <= Fraction(cb.value):
                 stats["solver_status"] = "not_run: the plan re-running the hitting set meets the cost bound"
                 return finish_result(full, early, None, ("cost", cb.value), "cpsat", t0, stats)
-        if early.incumbent is not None and cb.cores and cost_scale(full)[2]:
-            # reduced-cost fixing on the cores: caps that keep every plan cheaper than the
+        if early.incumbent is not None and (cb.cores or cb.cuts) and cost_scale(full)[2]:
+            # reduced-cost fixing on the cores and cuts: caps that keep every plan cheaper than the
             # incumbent; the model then looks only for those (``strict``), and proves the
             # incumbent optimal by proving that none exists
             fixed = core_fixed_caps(full, reduced_caps(full, early.incumbent_cost), cb.cores, early.incumbent_cost,
-                                    strict=True, deadline=t0 + FIX_SHARE * float(time_limit))
+                                    strict=True, deadline=t0 + FIX_SHARE * float(time_limit), cuts=cb.cuts)
             strict = Fraction(early.incumbent_cost)
             stats["fixed_caps"] = {"slots": sum(1 + k for k in fixed),
                                    "ops_that_may_rerun": sum(1 for k in fixed if k > 0)}
@@ -177,14 +177,15 @@ def solve_cpsat(problem, question: str, *, memory_limit: int | None = None, cost
     if strict is not None and Fraction(early.incumbent_cost) < strict:
         # the decomposition found a cheaper plan: fix the caps again below its cost
         fixed = core_fixed_caps(full, reduced_caps(full, early.incumbent_cost), cb.cores, early.incumbent_cost,
-                                strict=True, deadline=time.perf_counter() + FIX_SHARE * float(time_limit))
+                                strict=True, deadline=time.perf_counter() + FIX_SHARE * float(time_limit),
+                                cuts=cb.cuts)
         strict = Fraction(early.incumbent_cost)
     if strict is not None and nogoods:
         # reduced-cost fixing over the decomposition's no-goods (Lemma 7'): the probes of its
         # master cut the re-runs that no count vector below the incumbent's cost allows
         t_fix = time.perf_counter()
         fixed = nogood_fixed_caps(full, fixed, nogoods, strict, strict=True,
-                                  deadline=t_fix + FIX_SHARE * float(time_limit))
+                                  deadline=t_fix + FIX_SHARE * float(time_limit), cuts=cb.cuts)
         stats["nogood_fixed_caps"] = {"slots": sum(1 + k for k in fixed),
                                       "ops_that_may_rerun": sum(1 for k in fixed if k > 0),
                                       "seconds": round(time.perf_counter() - t_fix, 3)}
@@ -357,6 +358,16 @@ def solve_cpsat(problem, question: str, *, memory_limit: int | None = None, cost
         # (proofs/remat_cost_bounds.md): implied constraints that the search cannot derive
         for core in cb.cores:
             m.add_bool_or([pres[v][1] for v in core if K[v] > 1])
+        # and meets every trap cut (§7): ops without a second copy here never re-run
+        from memopt.remat.lower_bounds import _scaled_row
+        from memopt.remat.trap_cuts import restrict_cuts
+
+        for cut in restrict_cuts(cb.cuts, never=[v for v in range(p.n) if K[v] <= 1]):
+            coefs, need = _scaled_row(cut.bytes, cut.need)
+            if sum(coefs) < need:
+                m.add_bool_or([])
+            else:
+                m.add(cp_model.LinearExpr.weighted_sum([pres[v][1] for v in cut.ops], coefs) >= need)
         # the decomposition's no-goods: every plan kept (cheaper than the incumbent under the
         # fixed caps) re-runs some op more often than the no-good allows (Theorem 4, Lemma 7')
         for ng in nogoods:
@@ -467,6 +478,7 @@ def _decompose(full: RematProblem, early, cb, deadline: float, seed: int, num_wo
     from ortools.sat.python import cp_model
 
     from memopt.remat.lower_bounds import CostBound, relaxed_graph, relaxed_trap_exceeds
+    from memopt.remat.trap_cuts import restrict_cuts
 
     n, M = full.n, early.memory_limit
     costs = full.costs
@@ -524,7 +536,8 @@ def _decompose(full: RematProblem, early, cb, deadline: float, seed: int, num_wo
 
     def master():
         top = reduced_caps(full, early.incumbent_cost) if early.incumbent is not None else list(full.caps)
-        m, b = count_vector_model(pos, top, nogoods, scaled)
+        rows = restrict_cuts(cb.cuts, rerun=zero, never=[v for v in range(n) if top[v] == 0])
+        m, b = count_vector_model(pos, top, nogoods, scaled, rows)
         solver = cp_model.CpSolver()
         solver.parameters.max_time_in_seconds = max(0.05, deadline - time.perf_counter())
         solver.parameters.num_workers = 2
@@ -544,7 +557,7 @@ def _decompose(full: RematProblem, early, cb, deadline: float, seed: int, num_wo
         if value is None:
             if early.incumbent is None:
                 stats["decomposition"] = {"rounds": rounds, "checks": checks, "nogoods": len(nogoods)}
-                return CostBound(None, cb.cores, (), True, cb.complete, cb.evaluations)
+                return cb._replace(value=None, hitting_set=(), infeasible=True)
             lb = max(lb, Fraction(early.incumbent_cost))
             break
         if value is False:
@@ -597,7 +610,7 @@ def _decompose(full: RematProblem, early, cb, deadline: float, seed: int, num_wo
     if nogoods_out is not None:
         nogoods_out.extend(nogoods)
     lb = int(lb) if lb.denominator == 1 else lb
-    return CostBound(lb, cb.cores, (), False, cb.complete, cb.evaluations)
+    return cb._replace(value=lb, hitting_set=(), infeasible=False)
 
 
 def _plan(solver, p: RematProblem, pres, start, end, nruns):

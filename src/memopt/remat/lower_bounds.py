@@ -60,9 +60,12 @@ in between; re-running ``A`` costs 5):
 ...     Op("B", ("m",), ("b",), cost=1), Op("C", ("b",), ("c",), cost=1), Op("Z", ("a", "c"), ("z",), cost=1)])
 >>> peak_lower_bound(g, 0), peak_lower_bound(g, 1)
 (12, 8)
->>> cb = cost_lower_bound(g, 11, 1)      # below 12, ``a`` cannot be held across ``B``: re-run ``A``
+>>> cb = cost_lower_bound(g, 11, 1, trap_cuts=False)   # below 12, ``a`` cannot be held across ``B``: re-run ``A``
 >>> cb.value, [[g.op_names[v] for v in c] for c in cb.cores]
 (5, [['A']])
+>>> cb = cost_lower_bound(g, 11, 1)      # the trap cuts (§7) say so before any core
+>>> cb.value, [(g.op_names[c.op], c.need, [g.op_names[v] for v in c.ops]) for c in cb.cuts]
+(5, [('B', 1, ['A']), ('C', 1, ['A'])])
 
 The oracle is asked thousands of times (``random_layered_n250``: ~18 questions per core,
 hundreds of cores), so it reuses what the relaxed graphs share: their DAG reachability comes
@@ -576,7 +579,8 @@ class CostBound(NamedTuple):
     than stopping at the time limit; ``evaluations``: trap bounds computed; ``clauses``:
     pairs ``(C, Y)`` of sorted op tuples, each saying that every plan within the limit
     whose re-runs are all read re-runs an op of ``C`` or does not re-run some op of ``Y``
-    (Theorem 5; not in ``cores``, whose users read each core as "some op of it re-runs")."""
+    (Theorem 5; not in ``cores``, whose users read each core as "some op of it re-runs");
+    ``cuts``: the trap cuts (:class:`memopt.remat.trap_cuts.TrapCut`, §7) the hitting sets met."""
 
     value: object
     cores: tuple
@@ -585,6 +589,7 @@ class CostBound(NamedTuple):
     complete: bool = True
     evaluations: int = 0
     clauses: tuple = ()
+    cuts: tuple = ()
 
 
 def _scaled_costs(costs) -> tuple[list[int], Fraction]:
@@ -600,7 +605,7 @@ def _scaled_costs(costs) -> tuple[list[int], Fraction]:
     return [math.floor(Fraction(c) * factor) for c in costs], factor
 
 
-def min_hitting_set(cores, costs, deadline: float, clauses=(), upper=None, pool=None) -> tuple[object, tuple, bool]:
+def min_hitting_set(cores, costs, deadline: float, clauses=(), upper=None, pool=None, cuts=()) -> tuple[object, tuple, bool]:
     """The cheapest set of ops meeting every core, by CP-SAT (the value is what counts).
     Returns ``(a lower bound on the least cost, a cheapest set found, proved optimal)``, or
     ``(None, (), True)`` when no set meets them all (an empty core); costs are scaled as in
@@ -611,16 +616,21 @@ def min_hitting_set(cores, costs, deadline: float, clauses=(), upper=None, pool=
     set (costs are ``>= 0``), so those ops are left out (a clause whose ``Y`` holds one is met
     by every such set): the least cost and every bound on it stay the same, the model shrinks
     (on ``random_layered_n250`` to four fifths of the ops, half the solver time).
-    ``pool``: a list that receives every set the solver finds on its way (each meets them all)."""
+    ``pool``: a list that receives every set the solver finds on its way (each meets them all).
+    ``cuts``: :class:`memopt.remat.trap_cuts.TrapCut` rows; the set must also meet each
+    (its ops' bytes sum to at least ``need``; ``upper`` must then meet them too)."""
     from ortools.sat.python import cp_model
 
+    cut_ops = {v for cut in cuts for v in cut.ops}
     if upper is not None:
         top = Fraction(upper)
-        keep = {v for v in {v for c in cores for v in c} | {v for c, y in clauses for v in (*c, *y)}
+        keep = {v for v in {v for c in cores for v in c} | {v for c, y in clauses for v in (*c, *y)} | cut_ops
                 if Fraction(costs[v]) <= top}
         cores = [[v for v in c if v in keep] for c in cores]
         clauses = [([v for v in c if v in keep], y) for c, y in clauses if all(v in keep for v in y)]
-    ops = sorted({v for c in cores for v in c} | {v for c, y in clauses for v in (*c, *y)})
+        cuts = [_kept_cut(cut, keep) for cut in cuts]
+        cut_ops &= keep
+    ops = sorted({v for c in cores for v in c} | {v for c, y in clauses for v in (*c, *y)} | cut_ops)
     scaled, factor = _scaled_costs([costs[v] for v in ops])
     m = cp_model.CpModel()
     x = {v: m.new_bool_var(f"x{v}") for v in ops}
@@ -628,6 +638,11 @@ def min_hitting_set(cores, costs, deadline: float, clauses=(), upper=None, pool=
         m.add_bool_or([x[v] for v in c if v in x])
     for c, y in clauses:
         m.add_bool_or([x[v] for v in c] + [x[v].Not() for v in y])
+    for cut in cuts:
+        coefs, need = _scaled_row(cut.bytes, cut.need)
+        if sum(coefs) < need:
+            return None, (), True  # no set meets this row
+        m.add(cp_model.LinearExpr.weighted_sum([x[v] for v in cut.ops], coefs) >= need)
     m.minimize(cp_model.LinearExpr.weighted_sum([x[v] for v in ops], scaled))
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(0.05, deadline - time.perf_counter())
@@ -656,16 +671,46 @@ def min_hitting_set(cores, costs, deadline: float, clauses=(), upper=None, pool=
     return Fraction(units) / factor, chosen, optimal
 
 
-def _known_cost(H, cores, clauses, costs):
-    """The cost of ``H`` plus the cheapest op of each core it misses, if that set meets every
-    core and clause (an upper bound for :func:`min_hitting_set`), else ``None``."""
+def _kept_cut(cut, keep):
+    """``cut`` without the ops outside ``keep`` (those are fixed out of the set)."""
+    pairs = [(v, b) for v, b in zip(cut.ops, cut.bytes) if v in keep]
+    return cut._replace(ops=tuple(v for v, _ in pairs), bytes=tuple(b for _, b in pairs))
+
+
+#: a trap cut's bytes above this are scaled down for the hitting-set solver
+CUT_SCALE_ABOVE = 2**40
+
+
+def _scaled_row(coefs, need) -> tuple[list[int], int]:
+    """``(ceil(b / f) for b in coefs), ceil(need / f)`` with ``f`` a power of two that brings
+    ``need`` to at most :data:`CUT_SCALE_ABOVE`: every set meeting the row meets the scaled
+    one (``sum ceil(b/f) >= sum b / f >= need / f``), so the least cost only falls."""
+    f = 1
+    while need // f > CUT_SCALE_ABOVE:
+        f *= 2
+    return [-(-int(b) // f) for b in coefs], -(-int(need) // f)
+
+
+def _known_cost(H, cores, clauses, costs, cuts=()):
+    """The cost of ``H`` plus the cheapest op of each core it misses, plus, for each trap cut
+    it misses, ops by bytes per cost until the row is met, if that set meets every core,
+    clause and cut (an upper bound for :func:`min_hitting_set`), else ``None``."""
+    from memopt.remat.trap_cuts import cut_met
+
     chosen = set(H)
     for c in cores:
         if c and not chosen & c:
             chosen.add(min(c, key=lambda v: (Fraction(costs[v]), v)))
+    for cut in cuts:
+        for v, _ in sorted(zip(cut.ops, cut.bytes), key=lambda vb: (-Fraction(vb[1]) / max(Fraction(costs[vb[0]]),
+                                                                                              Fraction(1, 10**9)), vb[0])):
+            if cut_met(cut, chosen):
+                break
+            chosen.add(v)
     # an empty core is never met (no set meets it)
     if not all(chosen & c for c in cores) or \
-            not all(chosen & set(c) or not set(y) <= chosen for c, y in clauses):
+            not all(chosen & set(c) or not set(y) <= chosen for c, y in clauses) or \
+            not all(cut_met(cut, chosen) for cut in cuts):
         return None
     return sum((Fraction(costs[v]) for v in chosen), Fraction(0))
 
@@ -673,7 +718,7 @@ def _known_cost(H, cores, clauses, costs):
 def cost_lower_bound(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit: float = 5.0,
                      stop_at=None, pair_time: float | None = None, held_inputs: bool = True,
                      spikes: bool = True, exact_time: float | None = None, cancel=None,
-                     last_runs: bool = True) -> CostBound:
+                     last_runs: bool = True, trap_cuts: bool = True) -> CostBound:
     """A lower bound on the extra cost of every plan within the caps whose peak is at most
     ``memory_limit`` (``proofs/remat_cost_bounds.md``, Theorem 2), with its cores.
 
@@ -754,9 +799,11 @@ def cost_lower_bound(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit
 
     clauses: list[tuple] = []
 
+    cuts: list = []
+
     def result(value, cores, hs=(), infeasible=False, complete=True):
         value = None if value is None else (int(value) if Fraction(value).denominator == 1 else Fraction(value))
-        return CostBound(value, tuple(cores), tuple(hs), infeasible, complete, count[0], tuple(clauses))
+        return CostBound(value, tuple(cores), tuple(hs), infeasible, complete, count[0], tuple(clauses), tuple(cuts))
 
     def spike_over(S, Y) -> bool:
         check_cancel()
@@ -820,6 +867,21 @@ def cost_lower_bound(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit
             return result(0, ())
         if over(rerun):
             return result(None, (), infeasible=True)
+        if trap_cuts:
+            # the trap cuts (§7) first: where a limit needs several re-runs at one trap, they
+            # give the hitting set what cores would learn one combination at a time
+            from memopt.remat.trap_cuts import trap_cuts as make_cuts
+
+            cuts.extend(make_cuts(graph, M, caps, deadline=deadline))
+            if cuts:
+                hs_value, hs, optimal = min_hitting_set([], costs, deadline, cuts=cuts)
+                if hs_value is None:  # a row no set of re-runnable ops meets
+                    return result(None, (), infeasible=True)
+                value = hs_value
+                target = stop_at() if callable(stop_at) else stop_at
+                if not optimal or (target is not None and value >= Fraction(target)):
+                    return result(value, cores, hs, complete=optimal)
+                H = hs
         while time.perf_counter() < deadline:
             if not fits(H):
                 core = add_core(grow(set(H), over))
@@ -838,7 +900,8 @@ def cost_lower_bound(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit
             check_cancel()
             found: list = []
             hs_value, hs, optimal = min_hitting_set([tuple(sorted(c)) for c in minimal], costs, deadline, clauses,
-                                                    upper=_known_cost(H, minimal, clauses, costs), pool=found)
+                                                    upper=_known_cost(H, minimal, clauses, costs, cuts), pool=found,
+                                                    cuts=cuts)
             if hs_value is None:  # an empty core (the trap of every op that may re-run), or clauses no set meets
                 return result(None, cores, infeasible=True)
             # more cores never lower the least hitting cost: keep the best bound proved so far

@@ -310,7 +310,7 @@ def within_caps(plan, caps) -> bool:
 
 
 def core_fixed_caps(p: RematProblem, caps, cores, incumbent_cost, *, strict: bool = True,
-                    deadline: float = float("inf")) -> list[int]:
+                    deadline: float = float("inf"), cuts=()) -> list[int]:
     """Caps that lose no plan within the limit of extra cost below ``incumbent_cost``
     (``strict``; at most it otherwise), given ``cores`` of the cost bound (every such plan
     re-runs an op of each core, ``proofs/remat_cost_bounds.md`` Lemma 2) and ``caps`` that
@@ -326,10 +326,16 @@ def core_fixed_caps(p: RematProblem, caps, cores, incumbent_cost, *, strict: boo
     ``deadline``; a core left without any op gives ``h = inf``: no plan below ``U`` at all,
     every positive-cost cap becomes 0). With the cheapest op of a core the only one below
     ``U``, it alone keeps a cap — on VGG19 at 0.8 this leaves 4 of 51 ops that must re-run
-    and the cheap ones. Argument: ``proofs/remat_exact_models.md``, Lemma 7."""
+    and the cheap ones. Argument: ``proofs/remat_exact_models.md``, Lemma 7.
+
+    ``cuts``: trap cuts (:mod:`memopt.remat.trap_cuts`, ``proofs/remat_cost_bounds.md`` §7),
+    met by every plan within the limit; ``h(v)`` then also meets them with ``v``'s bytes
+    counted (:func:`~memopt.remat.trap_cuts.restrict_cuts`), and a ``v`` that no set meeting
+    them all can contain re-runs in no plan within the limit (its cap becomes 0)."""
     import time
 
     from memopt.remat.lower_bounds import min_hitting_set
+    from memopt.remat.trap_cuts import restrict_cuts
 
     U = Fraction(incumbent_cost)
     caps = list(caps)
@@ -350,13 +356,18 @@ def core_fixed_caps(p: RematProblem, caps, cores, incumbent_cost, *, strict: boo
     while changed and time.perf_counter() < deadline:
         changed = False
         live = live_cores()
-        if live is None:
+        if live is None or any(sum(r.bytes) < r.need for r in
+                               restrict_cuts(cuts, never=[u for u in range(p.n) if caps[u] == 0])):
             return nothing_below
         for v in range(p.n):
             if caps[v] == 0 or costs[v] == 0 or time.perf_counter() >= deadline:
                 continue
             rest = [c for c in live if v not in c]  # non-empty cores: ``live`` has no empty one
-            h = Fraction(0) if not rest else min_hitting_set(rest, costs, min(deadline, time.perf_counter() + 2.0))[0]
+            rows = restrict_cuts(cuts, rerun=(v,), never=[u for u in range(p.n) if caps[u] == 0])
+            h, _, done = (Fraction(0), (), True) if not rest and not rows else \
+                min_hitting_set(rest, costs, min(deadline, time.perf_counter() + 2.0), cuts=rows)
+            if h is None and done:
+                h = U  # no plan within the limit re-runs v (c(v) > 0: any z is excluded)
             h = Fraction(0) if h is None else Fraction(h)
             keep = caps[v]
             for z in range(1, caps[v] + 1):
@@ -373,13 +384,18 @@ def core_fixed_caps(p: RematProblem, caps, cores, incumbent_cost, *, strict: boo
     return caps
 
 
-def count_vector_model(pos, caps, nogoods, scaled):
+def count_vector_model(pos, caps, nogoods, scaled, cuts=()):
     """The CP-SAT model over re-run *count vectors* shared by the decomposition's master
     (:func:`memopt.remat.cpsat._decompose`) and :func:`nogood_fixed_caps`: ``b[v][j]`` (``v``
     in ``pos``, ``j < caps[v]``) means ``y(v) > j``; every no-good ``Y`` (a mapping op ->
     count) is met by some ``y(v) > Y[v]``, and the objective is ``sum scaled[v] y(v)``. A
-    no-good that no op may still exceed makes the model infeasible. Returns ``(model, b)``."""
+    no-good that no op may still exceed makes the model infeasible. ``cuts``: trap cut rows
+    over ``y(v) > 0``, already restricted (:func:`memopt.remat.trap_cuts.restrict_cuts`) to
+    the plans the model stands for: an op of a row outside ``pos`` or with cap 0 is one those
+    plans never re-run. Returns ``(model, b)``."""
     from ortools.sat.python import cp_model
+
+    from memopt.remat.lower_bounds import _scaled_row
 
     m = cp_model.CpModel()
     b = {v: [m.new_bool_var(f"y{v}_{j}") for j in range(caps[v])] for v in pos}
@@ -388,6 +404,13 @@ def count_vector_model(pos, caps, nogoods, scaled):
             m.add_implication(b[v][j], b[v][j - 1])
     for ng in nogoods:
         m.add_bool_or([b[v][y] for v, y in dict(ng).items() if v in b and y < len(b[v])])
+    for cut in cuts:
+        pairs = [(b[w][0], a) for w, a in zip(cut.ops, cut.bytes) if w in b and b[w]]
+        coefs, need = _scaled_row([a for _, a in pairs], cut.need)
+        if sum(coefs) < need:
+            m.add_bool_or([])  # no count vector meets the row: infeasible
+        else:
+            m.add(cp_model.LinearExpr.weighted_sum([x for x, _ in pairs], coefs) >= need)
     obj = sum(scaled[v] * x for v in pos for x in b[v])
     if not isinstance(obj, int):  # no variable at all: nothing to minimise
         m.minimize(obj)
@@ -395,7 +418,7 @@ def count_vector_model(pos, caps, nogoods, scaled):
 
 
 def nogood_fixed_caps(p: RematProblem, caps, nogoods, incumbent_cost, *, strict: bool = True,
-                      deadline: float = float("inf"), probe_seconds: float = 2.0) -> list[int]:
+                      deadline: float = float("inf"), probe_seconds: float = 2.0, cuts=()) -> list[int]:
     """Reduced-cost fixing over *no-goods on re-run counts* (Lemma 7'; generalises
     :func:`core_fixed_caps`, whose cores are the no-goods "0 on the core").
 
@@ -412,7 +435,9 @@ def nogood_fixed_caps(p: RematProblem, caps, nogoods, incumbent_cost, *, strict:
     or ``deadline``. Probes for ``(v, z)`` that the master's own optimum already satisfies
     cannot cut (that optimum is below ``U`` or everything is cut) and are skipped. A no-good
     without any op that may still re-run past its count leaves no plan to keep: every
-    positive-cost cap becomes 0. Zero-cost ops keep their caps. Argument:
+    positive-cost cap becomes 0. Zero-cost ops keep their caps. ``cuts``: trap cuts (every
+    plan within the limit meets them, ``proofs/remat_cost_bounds.md`` §7), rows of the
+    model with the zero-cost ops' bytes counted as uncovered. Argument:
     ``proofs/remat_exact_models.md``, Lemma 7'."""
     import time
 
@@ -427,7 +452,12 @@ def nogood_fixed_caps(p: RematProblem, caps, nogoods, incumbent_cost, *, strict:
     def reaches(units) -> bool:
         return units >= U if strict else units > U
 
-    m, b = count_vector_model(pos, caps, nogoods, scaled)   # a no-good with no op left: infeasible
+    # the trap cuts hold for every plan within the limit; zero-cost ops (outside the model) may re-run freely
+    from memopt.remat.trap_cuts import restrict_cuts
+
+    rows = restrict_cuts(cuts, rerun=[v for v in range(p.n) if caps[v] > 0 and p.costs[v] == 0],
+                         never=[v for v in range(p.n) if caps[v] == 0])
+    m, b = count_vector_model(pos, caps, nogoods, scaled, rows)   # a no-good with no op left: infeasible
 
     def solve(assume=None):
         """``(lower bound in scaled units or None if infeasible, the solution's y or None)``"""

@@ -1,0 +1,168 @@
+"""Trap cuts: how many bytes the re-runs of a plan must take off each trap (``proofs/remat_cost_bounds.md`` §7).
+
+Model (``docs/remat.md``). A plan that re-runs only ops of ``S`` peaks at least at the
+least no-recomputation peak of the relaxed graph ``G_S`` (Theorem 1), in which every tensor
+made by an op of ``S`` weighs 0 except at its producer and its readers. Compared with ``G``
+itself, the memory of ``G_S`` while op ``v`` runs in an order loses at most the bytes of
+the ``S``-made tensors that can be live *across* ``v``: made before it, read after it (or a
+graph output), not an input of ``v`` (those stay counted, as ``v``'s workspace). Per op
+``w`` that is
+
+    A_w(v) = sum of s(t) over the non-resident outputs t of w with s(t) > 0 and t not read by v,
+             where w is neither v nor a descendant of v, and t is a graph output or has a
+             reader that is not an ancestor of v
+
+(a tensor all of whose readers precede ``v`` in every order is never live across it). The
+forward trap ``T(v)`` of ``G`` bounds the memory at ``v`` in every order, so every plan
+``P`` whose peak is at most ``M`` has, for every op ``v`` (Theorem 7),
+
+    sum over w in RR(P) of A_w(v)  >=  T(v) - M,           RR(P): the ops P re-runs,
+
+a *knapsack cover* inequality over the re-run set: the re-runs together must uncover at
+least ``T(v) - M`` bytes at ``v``. The cost lower bound
+(:func:`memopt.remat.lower_bounds.cost_lower_bound`) gives these rows to its hitting-set
+solver beside the cores. A core only says "some op of this set re-runs", so a limit that
+needs several re-runs at one trap is learnt one excluded combination at a time; the row says
+how many bytes they need, and the linear relaxation of the hitting set sees it at once. On
+the Checkmate training graphs at 0.8 of the optimal no-recomputation peak (MobileNet,
+ResNet50, segnet: peaks at the turn from the forward to the backward pass), the rows alone
+give the optimum.
+
+``base`` (a set ``S0``): the same argument from ``G_{S0}`` instead of ``G`` (``T_{S0}`` only
+falls as ``S0`` grows, and the bytes uncovered are additive over the producers):
+``sum over w in RR(P) \\ S0 of A_w(v) >= T_{S0}(v) - M`` for *every* plan within ``M``.
+
+Each coefficient is capped at the row's ``need`` (a re-run that uncovers at least ``need``
+bytes meets the row alone either way). Ops with cap 0 never re-run and get no coefficient;
+a row whose coefficients sum below ``need`` proves that no plan within the caps meets ``M``.
+
+Example (``a`` is made first and read last; the big ``B`` runs in between):
+
+>>> from memopt.core import Op, Tensor, TensorGraph
+>>> g = TensorGraph.build([Tensor("a", 6), Tensor("m", 1), Tensor("b", 5), Tensor("c", 1),
+...     Tensor("z", 1, output=True)], [Op("A", (), ("a",), cost=5), Op("M", ("a",), ("m",), cost=1),
+...     Op("B", ("m",), ("b",), cost=1), Op("C", ("b",), ("c",), cost=1), Op("Z", ("a", "c"), ("z",), cost=1)])
+>>> [(g.op_names[c.op], c.need, {g.op_names[w]: b for w, b in zip(c.ops, c.bytes)}) for c in trap_cuts(g, 11, 1)]
+[('B', 1, {'A': 1}), ('C', 1, {'A': 1})]
+>>> trap_cuts(g, 11, 0)[0].ops          # with cap 0 nothing can re-run: the row cannot be met
+()
+"""
+
+from __future__ import annotations
+
+import time
+from typing import NamedTuple
+
+import numpy as np
+
+from memopt.core.tensor_graph import TensorGraph
+from memopt.remat.plan import resolve_caps
+
+__all__ = ["TrapCut", "trap_cuts", "uncovered_bytes", "cut_met", "restrict_cuts"]
+
+
+class TrapCut(NamedTuple):
+    """Every plan within the limit re-runs ops of ``ops`` whose ``bytes`` sum to at least
+    ``need`` (``bytes[i]`` belongs to ``ops[i]``; ops sorted). ``op``: the op whose trap it is;
+    ``base``: the set ``S0`` it was derived from (its ops have no coefficient)."""
+
+    op: int
+    need: int
+    ops: tuple
+    bytes: tuple
+    base: tuple = ()
+
+
+def _reader_masks(graph: TensorGraph, anc: np.ndarray, tensors: np.ndarray) -> np.ndarray:
+    """``later[v, i]``: tensor ``tensors[i]`` has a reader that is not an ancestor of ``v``,
+    or is a graph output (it can be live across ``v``)."""
+    n = graph.num_ops
+    later = np.zeros((n, tensors.shape[0]), bool)
+    for i, t in enumerate(tensors.tolist()):
+        if graph.tensor_output[t]:
+            later[:, i] = True
+            continue
+        readers = graph.consumers_of(t)
+        if readers.shape[0]:
+            later[:, i] = ~np.all(anc[:, readers], axis=1)
+    return later
+
+
+def uncovered_bytes(graph: TensorGraph, ops_at, rerunnable=None) -> dict[int, np.ndarray]:
+    """``{v: A(v)}`` for each op ``v`` of ``ops_at``: ``A(v)[w]`` = the bytes a re-run set
+    containing ``w`` can take off the memory at ``v`` (``A_w(v)`` of the module docstring);
+    0 for ops outside ``rerunnable`` (a bool mask; default every op)."""
+    from memopt.remat.lower_bounds import _op_ancestors
+
+    n = graph.num_ops
+    anc = _op_ancestors(graph)                   # anc[v, u]: u is a proper ancestor of v
+    prod = graph.tensor_producer
+    ok = rerunnable if rerunnable is not None else np.ones(n, bool)
+    tensors = np.flatnonzero((prod >= 0) & ~graph.tensor_resident & (graph.tensor_size > 0))
+    tensors = tensors[ok[prod[tensors]]]
+    later = _reader_masks(graph, anc, tensors)
+    p, size = prod[tensors], graph.tensor_size[tensors].astype(np.int64)
+    out: dict[int, np.ndarray] = {}
+    for v in ops_at:
+        v = int(v)
+        # w = p(t) is neither v nor a descendant of v (anc[w, v]: v is an ancestor of w)
+        mask = later[v] & (p != v) & ~anc[p, v]
+        reads = graph.inputs_of(v)
+        if reads.shape[0]:
+            mask &= ~np.isin(tensors, reads)
+        a = np.zeros(n, np.int64)
+        np.add.at(a, p[mask], size[mask])
+        out[v] = a
+    return out
+
+
+def trap_cuts(graph: TensorGraph, memory_limit: int, cap=1, *, base=(), deadline: float = float("inf")) -> list[TrapCut]:
+    """The trap cuts of ``graph`` at ``memory_limit``: one row per op whose forward trap in
+    ``G_base`` (the relaxed graph of ``base``; ``G`` itself by default) exceeds the limit,
+    ordered by op. Ops with cap 0 (``cap``: one int or one per op) and ops of ``base`` get no
+    coefficient. At the deadline the ops not reached yet get no row (fewer rows: still sound)."""
+    from memopt.bounds.trap import traps_above
+    from memopt.remat.lower_bounds import _op_ancestors, _relaxed_dag, relaxed_graph
+
+    n = graph.num_ops
+    if n == 0:
+        return []
+    M = int(memory_limit)
+    caps = resolve_caps(graph, cap)
+    ok = np.ones(n, bool) if caps is None else np.asarray([caps[v] > 0 for v in range(n)], bool)
+    base = tuple(sorted({int(v) for v in base}))
+    ok[list(base)] = False
+    dag = _relaxed_dag(relaxed_graph(graph, base), _op_ancestors(graph))
+    traps = traps_above(dag, M, np.arange(n), deadline=deadline)
+    rows = uncovered_bytes(graph, sorted(traps), ok)
+    cuts = []
+    for v in sorted(traps):
+        need = traps[v] - M
+        a = rows[v]
+        ops = np.flatnonzero(a)
+        cuts.append(TrapCut(v, need, tuple(ops.tolist()), tuple(min(int(b), need) for b in a[ops].tolist()), base))
+        if time.perf_counter() > deadline:
+            break
+    return cuts
+
+
+def cut_met(cut: TrapCut, rerun) -> bool:
+    """Does a re-run set meet the row (its coefficients sum to at least ``need``)?"""
+    rerun = set(rerun)
+    return sum(b for w, b in zip(cut.ops, cut.bytes) if w in rerun) >= cut.need
+
+
+def restrict_cuts(cuts, *, rerun=(), never=()) -> list[TrapCut]:
+    """The rows over the plans that re-run every op of ``rerun`` and no op of ``never``: the
+    bytes of ``rerun`` count as uncovered (``need`` drops by them; a row met that way goes),
+    the ops of ``never`` lose their coefficient. Every such plan within the limit meets the
+    rows returned; a row left with ``need > sum of bytes`` proves there is none."""
+    rerun, never = set(rerun), set(never)
+    out = []
+    for cut in cuts:
+        need = cut.need - sum(b for w, b in zip(cut.ops, cut.bytes) if w in rerun)
+        if need <= 0:
+            continue
+        pairs = [(w, min(b, need)) for w, b in zip(cut.ops, cut.bytes) if w not in rerun and w not in never]
+        out.append(cut._replace(need=need, ops=tuple(w for w, _ in pairs), bytes=tuple(b for _, b in pairs)))
+    return out
