@@ -63,3 +63,41 @@ def held_value_graph(m: int):
         ops.append(Op(f"C{i}", ("a", f"h{i}"), (f"c{i}",), cost=50))
         prev = f"c{i}"
     return TensorGraph.build(tensors, ops, name=f"held{m}")
+
+
+def odd_tensor_graph(rng, n: int, *, random_costs: bool = False):
+    """A random tensor graph with what ``random_tensor_graph`` never makes: ops without
+    outputs, an op reading one tensor twice, graph inputs that are outputs or resident,
+    zero-size tensors, outputs that are also read. Costs 1, or 1-4 with ``random_costs``."""
+    from memopt.core import Op, Tensor, TensorGraph
+
+    tensors, ops, avail = [], [], []
+    for k in range(int(rng.integers(0, 3))):
+        r = rng.random()
+        tensors.append(Tensor(f"in{k}", int(rng.integers(0, 9)), resident=bool(r < 0.15), output=bool(0.15 <= r < 0.3)))
+        avail.append(f"in{k}")
+    for v in range(n):
+        reads = [t for t in avail if rng.random() < 0.45]
+        if reads and rng.random() < 0.2:
+            reads.append(reads[0])
+        outs = [f"t{v}_{k}" for k in range(int(rng.choice([0, 1, 1, 1, 2, 2])))]
+        tensors += [Tensor(t, int(rng.integers(0, 9)), output=bool(rng.random() < 0.15)) for t in outs]
+        ws = int(rng.integers(0, 12)) if rng.random() < 0.35 else 0
+        ops.append(Op(f"o{v}", tuple(reads), tuple(outs), workspace=ws,
+                      cost=float(rng.integers(1, 5)) if random_costs else 1.0))
+        avail += outs
+    return TensorGraph.build(tensors, ops)
+
+
+def random_topological_order(g, rng) -> list[int]:
+    """A random topological order of the ops of ``g`` (each step a uniform pick among the ready ops)."""
+    preds = [set() for _ in range(g.num_ops)]
+    for a, b in zip(*g.op_edges()):
+        preds[int(b)].add(int(a))
+    order, placed = [], set()
+    while len(order) < g.num_ops:
+        ready = [v for v in range(g.num_ops) if v not in placed and preds[v] <= placed]
+        v = ready[int(rng.integers(len(ready)))]
+        placed.add(v)
+        order.append(v)
+    return order

@@ -24,6 +24,8 @@ from memopt.remat.mip import solve_mip
 from memopt.remat.model_common import RematProblem, plan_from_runs
 from memopt.remat.plan import FREE, RUN, RematPlan
 
+from conftest import random_topological_order
+
 from conftest import held_value_graph
 
 SOLVERS = (solve_cpsat, solve_mip)
@@ -55,15 +57,7 @@ def random_plan(g: TensorGraph, caps: list[int], rng: np.random.Generator) -> Re
     every tensor freed as early as possible, then frees delayed at random (never past the
     next production of the tensor, so the multi-output rule still holds)."""
     p = RematProblem.of(g, caps)
-    preds = [set() for _ in range(g.num_ops)]
-    for a, b in zip(*g.op_edges()):
-        preds[int(b)].add(int(a))
-    runs, placed = [], set()
-    while len(runs) < g.num_ops:
-        ready = [v for v in range(g.num_ops) if v not in placed and preds[v] <= placed]
-        v = ready[int(rng.integers(len(ready)))]
-        placed.add(v)
-        runs.append(v)
+    runs = random_topological_order(g, rng)
     for _ in range(int(rng.integers(0, 2 * g.num_ops + 1))):
         v = int(rng.integers(g.num_ops))
         if runs.count(v) < 1 + caps[v]:

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import glob
 import math
-import os
 
 import numpy as np
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -20,9 +17,10 @@ from memopt.remat.lower_bounds import cost_lower_bound, held_inputs_graph, relax
 from memopt.remat.plan import RUN
 from memopt.schedule.brute_force import random_tensor_graph
 
+from conftest import odd_tensor_graph, shared_graph
+
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 BIG = 10**9
-SHARED = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data", "checkmate-graphs")
 
 
 def _plan_facts(g: TensorGraph, plan):
@@ -111,31 +109,11 @@ def _chain_case() -> TensorGraph:
          Op("O", inputs=["b", "w"], outputs=["o"], cost=9)])
 
 
-def _odd_graph(rng, n: int) -> TensorGraph:
-    """Graphs with what the random generator above never makes: ops without outputs, an op
-    reading one tensor twice, graph inputs that are outputs or resident, zero-size tensors."""
-    tensors, ops, avail = [], [], []
-    for k in range(int(rng.integers(0, 3))):
-        r = rng.random()
-        tensors.append(Tensor(f"in{k}", int(rng.integers(0, 9)), resident=bool(r < 0.15), output=bool(0.15 <= r < 0.3)))
-        avail.append(f"in{k}")
-    for v in range(n):
-        reads = [t for t in avail if rng.random() < 0.45]
-        if reads and rng.random() < 0.2:
-            reads.append(reads[0])
-        outs = [f"t{v}_{k}" for k in range(int(rng.choice([0, 1, 1, 1, 2, 2])))]
-        tensors += [Tensor(t, int(rng.integers(0, 9)), output=bool(rng.random() < 0.15)) for t in outs]
-        ws = int(rng.integers(0, 12)) if rng.random() < 0.35 else 0
-        ops.append(Op(f"o{v}", tuple(reads), tuple(outs), workspace=ws, cost=1.0))
-        avail += outs
-    return TensorGraph.build(tensors, ops)
-
-
 @SETTINGS
 @given(st.tuples(st.integers(0, 2**32 - 1), st.integers(2, 5), st.integers(1, 2), st.integers(0, 2**20)))
 def test_odd_graphs_each_run_is_at_least_its_trap(args):
     seed, n, k, pick = args
-    g = _odd_graph(np.random.default_rng(seed), n)
+    g = odd_tensor_graph(np.random.default_rng(seed), n)
     S = [v for v in range(g.num_ops) if pick >> v & 1]
     least, _, plan = bf.min_peak(g, BIG, [k if v in S else 0 for v in range(g.num_ops)])
     ev = evaluate_plan(g, plan)
@@ -169,13 +147,6 @@ def test_a_chain_of_reruns_holds_one_of_its_links():
         assert not without.infeasible and without.value == 2
 
 
-def _shared(name: str) -> str:
-    found = glob.glob(os.path.join(SHARED, f"{name}_*.json"))
-    if not found:
-        pytest.skip(f"{name} not found under {os.path.normpath(SHARED)} (the shared data is not here)")
-    return found[0]
-
-
 def test_on_random_layered_n250_the_first_core_is_larger_than_the_relaxed_graphs():
     """Exact figures on a real instance: at 0.9 of the optimal no-recomputation peak
     (105,170 B), the relaxed graph with held inputs fits once the 83 cheapest ops may re-run;
@@ -183,7 +154,7 @@ def test_on_random_layered_n250_the_first_core_is_larger_than_the_relaxed_graphs
     the first runs too with the 166 cheapest."""
     from memopt.io import load_instance
 
-    g = load_instance(_shared("random_layered_n250")).graph
+    g = load_instance(shared_graph("random_layered_n250_w0.43_nlv0.75_ed0.2_scd0.14.json")).graph
     limit = math.floor(0.9 * 105170)
     order = sorted(range(g.num_ops), key=lambda v: (float(g.op_cost[v]), v))
     assert last_run_trap_bound(g, []) == 105170           # the forward trap, here the optimum

@@ -21,6 +21,8 @@ from memopt.remat.model_common import RematProblem, footprint_bound, plan_from_r
 from memopt.remat.registry import get_method, method_names
 from memopt.schedule.brute_force import brute_force_schedule, random_tensor_graph
 
+from conftest import random_topological_order
+
 SOLVERS = (solve_cpsat, solve_mip)
 
 
@@ -42,16 +44,7 @@ def test_order_evaluator_is_the_special_case_of_the_step_evaluator(seed):
     g = small_graph(seed, 10)
     rng = np.random.default_rng(seed + 1)
     order = g.topological_order().tolist()
-    # a random topological order
-    preds = [set() for _ in range(g.num_ops)]
-    for a, b in zip(*g.op_edges()):
-        preds[int(b)].add(int(a))
-    done, placed = [], set()
-    while len(done) < g.num_ops:
-        ready = [v for v in range(g.num_ops) if v not in placed and preds[v] <= placed]
-        v = ready[int(rng.integers(len(ready)))]
-        placed.add(v)
-        done.append(v)
+    done = random_topological_order(g, rng)
     for o in (order, done):
         plan = plan_from_order(g, o)
         ev = evaluate_steps(g, plan.kind, plan.index, [0] * g.num_ops)

@@ -223,6 +223,13 @@ class _Call:
         budget_end = time.perf_counter() + time_share * self.left()
         p = self.p
         lower = self.lower()
+        if question == "min_peak":
+            # the trap cuts under the budget: the bytes its re-runs can uncover at each trap
+            # (proofs/remat_cost_bounds.md, Corollary 7')
+            from memopt.remat.trap_cuts import budget_peak_bound
+
+            lower = budget_peak_bound(p.graph, cost_budget, list(p.caps), floor=lower,
+                                      time_limit=min(5.0, 0.1 * time_share * self.left()))
         common = dict(question=question, memory_limit=memory_limit, cost_budget=cost_budget, cap=list(p.caps),
                       method=self.method)
         if question == "min_cost" and lower > memory_limit:

@@ -163,8 +163,11 @@ def _network(st: _Static, rerun: np.ndarray, first_runs: bool):
         parts.append(np.stack([first[st.op_edges[:, 0]], first[st.op_edges[:, 1]]], axis=1))
         parts.append(np.stack([first[ops_s], ops_s], axis=1))
         events = np.concatenate([events, np.stack([first[ops_s], ops_s], axis=1)])
-    e = np.unique(np.concatenate(parts).reshape(-1, 2).astype(np.int64), axis=0)   # sorted lexicographically
-    e = np.ascontiguousarray(e)
+    # distinct pairs, sorted lexicographically: one key per pair (``np.unique(axis=0)`` sorts
+    # row views, several times slower on this hot path)
+    pairs = np.concatenate(parts).reshape(-1, 2).astype(np.int64)
+    keys = np.unique(pairs[:, 0] * N + pairs[:, 1])
+    e = np.ascontiguousarray(np.stack([keys // N, keys % N], axis=1))
     # req: requirer -> required; dep: required -> requirer
     by_req = np.argsort(e[:, 1], kind="stable")
     req_ptr = np.zeros(N + 1, np.int64)

@@ -41,6 +41,11 @@ a re-run needs its inputs, so until the last reader of its output the plan holds
 output or the re-run op's inputs (Theorem 1'; without it the relaxation lets both die, and
 on layered graphs, where every op reads the previous layer, it was far too weak).
 
+Before the first core, the **trap cuts** of :mod:`memopt.remat.trap_cuts` (§7): for each op
+whose forward trap exceeds the limit, the bytes the re-run ops must together take off it, a
+knapsack row that every later hitting set meets too (a core learns such a row one excluded
+combination at a time; on the Checkmate training graphs at 0.8 the rows alone are exact).
+
 Two further strengthenings act once that scheme reaches its fixpoint (``G_H`` fits, ``H`` the
 cheapest hitting set): the oracle also takes the least-peak bound that memopt's scheduler
 *proves* for the relaxed graph (any lower bound on its least peak is sound), and **re-run
@@ -686,7 +691,7 @@ def _scaled_row(coefs, need) -> tuple[list[int], int]:
     ``need`` to at most :data:`CUT_SCALE_ABOVE`: every set meeting the row meets the scaled
     one (``sum ceil(b/f) >= sum b / f >= need / f``), so the least cost only falls."""
     f = 1
-    while need // f > CUT_SCALE_ABOVE:
+    while -(-int(need) // f) > CUT_SCALE_ABOVE:
         f *= 2
     return [-(-int(b) // f) for b in coefs], -(-int(need) // f)
 
@@ -748,6 +753,9 @@ def cost_lower_bound(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit
     grow ``S`` from ``H`` as above (then drop from ``Y = H`` what is not needed) and add the
     clause "re-run an op outside ``S`` or do not re-run some op of ``Y``" (Theorem 5); the
     next ``H`` is the cheapest set meeting cores and clauses.
+
+    ``trap_cuts`` (default): first the rows of :func:`memopt.remat.trap_cuts.trap_cuts` (§7,
+    Theorem 7; in ``CostBound.cuts``), met by the first ``H`` and every later one.
 
     ``cancel``: a function asked before each oracle question and each hitting set; once it
     returns true the bound stops as at the time limit (the best value proved so far, the cores

@@ -32,6 +32,12 @@ give the optimum.
 falls as ``S0`` grows, and the bytes uncovered are additive over the producers):
 ``sum over w in RR(P) \\ S0 of A_w(v) >= T_{S0}(v) - M`` for *every* plan within ``M``.
 
+Under an extra-cost budget ``B`` the same inequalities bound the peak (Corollary 7'): every plan
+of extra cost at most ``B`` re-runs a set ``R`` with ``sum of c(w) over R <= B``, so its peak is
+at least ``min over such R of max over v of T(v) - sum over w in R of A_w(v)``, one small
+CP-SAT model (:func:`budget_peak_bound`); the ``min_peak`` question and the Pareto frontier
+take it as their lower bound on the peak.
+
 Each coefficient is capped at the row's ``need`` (a re-run that uncovers at least ``need``
 bytes meets the row alone either way). Ops with cap 0 never re-run and get no coefficient;
 a row whose coefficients sum below ``need`` proves that no plan within the caps meets ``M``.
@@ -50,6 +56,7 @@ Example (``a`` is made first and read last; the big ``B`` runs in between):
 
 from __future__ import annotations
 
+import math
 import time
 from typing import NamedTuple
 
@@ -58,7 +65,7 @@ import numpy as np
 from memopt.core.tensor_graph import TensorGraph
 from memopt.remat.plan import resolve_caps
 
-__all__ = ["TrapCut", "trap_cuts", "uncovered_bytes", "cut_met", "restrict_cuts"]
+__all__ = ["TrapCut", "trap_cuts", "uncovered_bytes", "cut_met", "restrict_cuts", "budget_peak_bound"]
 
 
 class TrapCut(NamedTuple):
@@ -166,3 +173,57 @@ def restrict_cuts(cuts, *, rerun=(), never=()) -> list[TrapCut]:
         pairs = [(w, min(b, need)) for w, b in zip(cut.ops, cut.bytes) if w not in rerun and w not in never]
         out.append(cut._replace(need=need, ops=tuple(w for w, _ in pairs), bytes=tuple(b for _, b in pairs)))
     return out
+
+
+def budget_peak_bound(graph: TensorGraph, cost_budget, cap=1, *, time_limit: float = 5.0, floor: int = 0) -> int:
+    """A lower bound on the peak of every plan within the caps whose extra cost is at most
+    ``cost_budget`` (Corollary 7'): the least, over op sets ``R`` of cost at most the budget
+    (ops with cap 0 excluded), of ``max_v T(v) - sum_{w in R} A_w(v)``, solved by CP-SAT within
+    ``time_limit`` seconds (its proven objective bound when stopped). Only ops whose forward
+    trap exceeds ``floor`` (a bound known already) take part: the others cannot raise it.
+    Returns ``floor`` when no trap exceeds it."""
+    from fractions import Fraction
+
+    from ortools.sat.python import cp_model
+
+    from memopt.bounds.trap import traps_above
+    from memopt.core.signed_dag import graph_to_dag
+    from memopt.remat.lower_bounds import _scaled_costs
+    from memopt.remat.plan import exact_costs
+
+    n = graph.num_ops
+    floor = int(floor)
+    if n == 0:
+        return floor
+    deadline = time.perf_counter() + max(0.0, float(time_limit))
+    traps = traps_above(graph_to_dag(graph).dag, floor, np.arange(n), deadline=deadline)
+    if not traps:
+        return floor
+    caps = resolve_caps(graph, cap)
+    budget = Fraction(cost_budget)
+    costs = exact_costs(graph)
+    ok = np.asarray([(caps is None or caps[w] > 0) and Fraction(costs[w]) <= budget for w in range(n)], bool)
+    rows = uncovered_bytes(graph, sorted(traps), ok)
+    ops = sorted({int(w) for a in rows.values() for w in np.flatnonzero(a)})
+    if not ops:
+        return max(floor, max(traps.values()))
+    # integer costs floor(c f) <= c f: every set of cost <= B keeps scaled cost <= floor(B f)
+    scaled, factor = _scaled_costs([costs[w] for w in ops])
+    m = cp_model.CpModel()
+    y = {w: m.new_bool_var(f"y{w}") for w in ops}
+    m.add(cp_model.LinearExpr.weighted_sum([y[w] for w in ops], scaled) <= math.floor(budget * factor))
+    top = max(traps.values())
+    P = m.new_int_var(floor, top, "P")
+    for v, T in traps.items():
+        ws = [w for w in ops if rows[v][w]]
+        m.add(P + cp_model.LinearExpr.weighted_sum([y[w] for w in ws], [int(rows[v][w]) for w in ws]) >= T)
+    m.minimize(P)
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = max(0.05, deadline - time.perf_counter())
+    solver.parameters.num_workers = 1
+    st = solver.solve(m)
+    if st == cp_model.OPTIMAL:
+        return max(floor, int(round(solver.objective_value)))
+    if st == cp_model.FEASIBLE:
+        return max(floor, int(math.ceil(solver.best_objective_bound - 1e-6)))
+    return floor
