@@ -28,15 +28,14 @@ from memopt.core.signed_dag import graph_to_dag
 from memopt.remat import brute_force as bf
 from memopt.remat import evaluate_plan, plan_from_order
 from memopt.remat.lower_bounds import (
-    CUT_SCALE_ABOVE,
     _known_cost,
-    _scaled_row,
     cost_lower_bound,
     min_hitting_set,
     relaxed_graph,
 )
 from memopt.remat.plan import FREE, RUN, RematPlan
-from memopt.remat.trap_cuts import TrapCut, budget_peak_bound, cut_met, trap_cuts, uncovered_bytes
+from memopt.remat.trap_cuts import (CUT_SCALE_ABOVE, TrapCut, budget_peak_bound, cut_met, scaled_row, trap_cuts,
+                                   uncovered_bytes)
 from memopt.schedule.brute_force import random_tensor_graph
 
 from conftest import odd_tensor_graph, random_topological_order, shared_graph
@@ -453,7 +452,7 @@ def test_min_hitting_set_with_huge_rows_stays_a_lower_bound(args):
         return
     assert optimal and sum(costs[v] for v in hs) == value
     for c in cuts:                      # the set found meets every scaled row
-        coefs, need = _scaled_row(c.bytes, c.need)
+        coefs, need = scaled_row(c.bytes, c.need)
         assert sum(b for w, b in zip(c.ops, coefs) if w in hs) >= need
     if best is not None:
         assert value <= best
@@ -463,12 +462,12 @@ def test_min_hitting_set_with_huge_rows_stays_a_lower_bound(args):
 @given(st.lists(st.integers(0, 2**62), min_size=1, max_size=6), st.integers(1, 2**62), st.integers(0, 63))
 @example([2**40, 2**40 + 1, 1], 2**41 + 1, 3)
 @example([2**62, 2**62 - 1, 2**61 + 1], 2**62, 6)
-def test_scaled_row_never_makes_a_met_row_unmet(coefs, need, mask):
-    """``_scaled_row`` rounds coefficients and need up so that every subset meeting the row
+def testscaled_row_never_makes_a_met_row_unmet(coefs, need, mask):
+    """``scaled_row`` rounds coefficients and need up so that every subset meeting the row
     meets the scaled one, and leaves a row whose need is at most ``2**40`` as it is. The
     scaled need is at most ``2**40 + 1`` (``f`` stops once ``need // f <= 2**40``, and the
     rounding up may add one)."""
-    scaled, s_need = _scaled_row(coefs, need)
+    scaled, s_need = scaled_row(coefs, need)
     assert len(scaled) == len(coefs) and s_need <= CUT_SCALE_ABOVE
     if need <= CUT_SCALE_ABOVE:
         assert (scaled, s_need) == (list(coefs), need)

@@ -359,15 +359,10 @@ def solve_cpsat(problem, question: str, *, memory_limit: int | None = None, cost
         for core in cb.cores:
             m.add_bool_or([pres[v][1] for v in core if K[v] > 1])
         # and meets every trap cut (§7): ops without a second copy here never re-run
-        from memopt.remat.lower_bounds import _scaled_row
-        from memopt.remat.trap_cuts import restrict_cuts
+        from memopt.remat.trap_cuts import add_row, restrict_cuts
 
         for cut in restrict_cuts(cb.cuts, never=[v for v in range(p.n) if K[v] <= 1]):
-            coefs, need = _scaled_row(cut.bytes, cut.need)
-            if sum(coefs) < need:
-                m.add_bool_or([])
-            else:
-                m.add(cp_model.LinearExpr.weighted_sum([pres[v][1] for v in cut.ops], coefs) >= need)
+            add_row(m, {v: pres[v][1] for v in cut.ops}, cut)
         # the decomposition's no-goods: every plan kept (cheaper than the incumbent under the
         # fixed caps) re-runs some op more often than the no-good allows (Theorem 4, Lemma 7')
         for ng in nogoods:
@@ -478,7 +473,6 @@ def _decompose(full: RematProblem, early, cb, deadline: float, seed: int, num_wo
     from ortools.sat.python import cp_model
 
     from memopt.remat.lower_bounds import CostBound, relaxed_graph, relaxed_trap_exceeds
-    from memopt.remat.trap_cuts import restrict_cuts
 
     n, M = full.n, early.memory_limit
     costs = full.costs
@@ -536,8 +530,7 @@ def _decompose(full: RematProblem, early, cb, deadline: float, seed: int, num_wo
 
     def master():
         top = reduced_caps(full, early.incumbent_cost) if early.incumbent is not None else list(full.caps)
-        rows = restrict_cuts(cb.cuts, rerun=zero, never=[v for v in range(n) if top[v] == 0])
-        m, b = count_vector_model(pos, top, nogoods, scaled, rows)
+        m, b = count_vector_model(pos, top, nogoods, scaled, cb.cuts, free=zero)
         solver = cp_model.CpSolver()
         solver.parameters.max_time_in_seconds = max(0.05, deadline - time.perf_counter())
         solver.parameters.num_workers = 2

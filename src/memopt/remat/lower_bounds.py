@@ -539,6 +539,9 @@ def relaxed_trap_exceeds(graph: TensorGraph, rerun, limit: int, *, deadline: flo
     return False
 
 
+#: the share of ``cost_lower_bound``'s time that the trap cuts may take before the first core
+CUTS_SHARE = 0.25
+
 #: op nodes whose trap was above the limit lately, tried first (most recent first)
 TRAP_HINTS = 4
 
@@ -626,6 +629,8 @@ def min_hitting_set(cores, costs, deadline: float, clauses=(), upper=None, pool=
     (its ops' bytes sum to at least ``need``; ``upper`` must then meet them too)."""
     from ortools.sat.python import cp_model
 
+    from memopt.remat.trap_cuts import add_row
+
     cut_ops = {v for cut in cuts for v in cut.ops}
     if upper is not None:
         top = Fraction(upper)
@@ -644,10 +649,8 @@ def min_hitting_set(cores, costs, deadline: float, clauses=(), upper=None, pool=
     for c, y in clauses:
         m.add_bool_or([x[v] for v in c] + [x[v].Not() for v in y])
     for cut in cuts:
-        coefs, need = _scaled_row(cut.bytes, cut.need)
-        if sum(coefs) < need:
+        if not add_row(m, x, cut):
             return None, (), True  # no set meets this row
-        m.add(cp_model.LinearExpr.weighted_sum([x[v] for v in cut.ops], coefs) >= need)
     m.minimize(cp_model.LinearExpr.weighted_sum([x[v] for v in ops], scaled))
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(0.05, deadline - time.perf_counter())
@@ -680,20 +683,6 @@ def _kept_cut(cut, keep):
     """``cut`` without the ops outside ``keep`` (those are fixed out of the set)."""
     pairs = [(v, b) for v, b in zip(cut.ops, cut.bytes) if v in keep]
     return cut._replace(ops=tuple(v for v, _ in pairs), bytes=tuple(b for _, b in pairs))
-
-
-#: a trap cut's bytes above this are scaled down for the hitting-set solver
-CUT_SCALE_ABOVE = 2**40
-
-
-def _scaled_row(coefs, need) -> tuple[list[int], int]:
-    """``(ceil(b / f) for b in coefs), ceil(need / f)`` with ``f`` a power of two that brings
-    ``need`` to at most :data:`CUT_SCALE_ABOVE`: every set meeting the row meets the scaled
-    one (``sum ceil(b/f) >= sum b / f >= need / f``), so the least cost only falls."""
-    f = 1
-    while -(-int(need) // f) > CUT_SCALE_ABOVE:
-        f *= 2
-    return [-(-int(b) // f) for b in coefs], -(-int(need) // f)
 
 
 def _known_cost(H, cores, clauses, costs, cuts=()):
@@ -880,7 +869,8 @@ def cost_lower_bound(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit
             # give the hitting set what cores would learn one combination at a time
             from memopt.remat.trap_cuts import trap_cuts as make_cuts
 
-            cuts.extend(make_cuts(graph, M, caps, deadline=deadline))
+            # (a share of the time at most: a few cuts per op whose trap may exceed the limit)
+            cuts.extend(make_cuts(graph, M, caps, deadline=min(deadline, t0 + CUTS_SHARE * max(0.0, float(time_limit)))))
             if cuts:
                 hs_value, hs, optimal = min_hitting_set([], costs, deadline, cuts=cuts)
                 if hs_value is None:  # a row no set of re-runnable ops meets

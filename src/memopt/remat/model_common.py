@@ -356,19 +356,29 @@ def core_fixed_caps(p: RematProblem, caps, cores, incumbent_cost, *, strict: boo
     while changed and time.perf_counter() < deadline:
         changed = False
         live = live_cores()
-        if live is None or any(sum(r.bytes) < r.need for r in
-                               restrict_cuts(cuts, never=[u for u in range(p.n) if caps[u] == 0])):
+        # the rows over the ops that may still re-run, once per pass: a cap cut later in the
+        # pass only raises the h of the others, so a value computed before it stays a bound
+        base_rows = restrict_cuts(cuts, never=[u for u in range(p.n) if caps[u] == 0])
+        if live is None or any(sum(r.bytes) < r.need for r in base_rows):
             return nothing_below
+        in_rows = {w for r in base_rows for w in r.ops}
+        alone = None   # h of an op in no live core and no row: the same for every such op
         for v in range(p.n):
             if caps[v] == 0 or costs[v] == 0 or time.perf_counter() >= deadline:
                 continue
-            rest = [c for c in live if v not in c]  # non-empty cores: ``live`` has no empty one
-            rows = restrict_cuts(cuts, rerun=(v,), never=[u for u in range(p.n) if caps[u] == 0])
-            h, _, done = (Fraction(0), (), True) if not rest and not rows else \
-                min_hitting_set(rest, costs, min(deadline, time.perf_counter() + 2.0), cuts=rows)
-            if h is None and done:
-                h = U  # no plan within the limit re-runs v (c(v) > 0: any z is excluded)
-            h = Fraction(0) if h is None else Fraction(h)
+            outside = v not in in_rows and not any(v in c for c in live)
+            if outside and alone is not None:
+                h = alone
+            else:
+                rest = [c for c in live if v not in c]  # non-empty cores: ``live`` has no empty one
+                rows = restrict_cuts(base_rows, rerun=(v,))
+                h, _, done = (Fraction(0), (), True) if not rest and not rows else \
+                    min_hitting_set(rest, costs, min(deadline, time.perf_counter() + 2.0), cuts=rows)
+                if h is None and done:
+                    h = U  # no plan within the limit re-runs v (c(v) > 0: any z is excluded)
+                h = Fraction(0) if h is None else Fraction(h)
+                if outside:
+                    alone = h
             keep = caps[v]
             for z in range(1, caps[v] + 1):
                 if excluded(z, v, h):
@@ -384,18 +394,19 @@ def core_fixed_caps(p: RematProblem, caps, cores, incumbent_cost, *, strict: boo
     return caps
 
 
-def count_vector_model(pos, caps, nogoods, scaled, cuts=()):
+def count_vector_model(pos, caps, nogoods, scaled, cuts=(), free=()):
     """The CP-SAT model over re-run *count vectors* shared by the decomposition's master
     (:func:`memopt.remat.cpsat._decompose`) and :func:`nogood_fixed_caps`: ``b[v][j]`` (``v``
     in ``pos``, ``j < caps[v]``) means ``y(v) > j``; every no-good ``Y`` (a mapping op ->
     count) is met by some ``y(v) > Y[v]``, and the objective is ``sum scaled[v] y(v)``. A
     no-good that no op may still exceed makes the model infeasible. ``cuts``: trap cut rows
-    over ``y(v) > 0``, already restricted (:func:`memopt.remat.trap_cuts.restrict_cuts`) to
-    the plans the model stands for: an op of a row outside ``pos`` or with cap 0 is one those
-    plans never re-run. Returns ``(model, b)``."""
+    over ``y(v) > 0``; ``free``: the ops outside ``pos`` that may re-run (zero-cost ops, kept
+    out of the model), whose bytes count as uncovered; every other op outside the model never
+    re-runs in the plans it stands for (:func:`memopt.remat.trap_cuts.restrict_cuts`).
+    Returns ``(model, b)``."""
     from ortools.sat.python import cp_model
 
-    from memopt.remat.lower_bounds import _scaled_row
+    from memopt.remat.trap_cuts import add_row, restrict_cuts
 
     m = cp_model.CpModel()
     b = {v: [m.new_bool_var(f"y{v}_{j}") for j in range(caps[v])] for v in pos}
@@ -404,13 +415,10 @@ def count_vector_model(pos, caps, nogoods, scaled, cuts=()):
             m.add_implication(b[v][j], b[v][j - 1])
     for ng in nogoods:
         m.add_bool_or([b[v][y] for v, y in dict(ng).items() if v in b and y < len(b[v])])
-    for cut in cuts:
-        pairs = [(b[w][0], a) for w, a in zip(cut.ops, cut.bytes) if w in b and b[w]]
-        coefs, need = _scaled_row([a for _, a in pairs], cut.need)
-        if sum(coefs) < need:
-            m.add_bool_or([])  # no count vector meets the row: infeasible
-        else:
-            m.add(cp_model.LinearExpr.weighted_sum([x for x, _ in pairs], coefs) >= need)
+    free = set(free)
+    never = {w for cut in cuts for w in cut.ops if w not in free and not b.get(w)}
+    for cut in restrict_cuts(cuts, rerun=free, never=never):
+        add_row(m, {w: b[w][0] for w in cut.ops}, cut)
     obj = sum(scaled[v] * x for v in pos for x in b[v])
     if not isinstance(obj, int):  # no variable at all: nothing to minimise
         m.minimize(obj)
@@ -453,11 +461,8 @@ def nogood_fixed_caps(p: RematProblem, caps, nogoods, incumbent_cost, *, strict:
         return units >= U if strict else units > U
 
     # the trap cuts hold for every plan within the limit; zero-cost ops (outside the model) may re-run freely
-    from memopt.remat.trap_cuts import restrict_cuts
-
-    rows = restrict_cuts(cuts, rerun=[v for v in range(p.n) if caps[v] > 0 and p.costs[v] == 0],
-                         never=[v for v in range(p.n) if caps[v] == 0])
-    m, b = count_vector_model(pos, caps, nogoods, scaled, rows)   # a no-good with no op left: infeasible
+    m, b = count_vector_model(pos, caps, nogoods, scaled, cuts,   # a no-good with no op left: infeasible
+                              free=[v for v in range(p.n) if caps[v] > 0 and p.costs[v] == 0])
 
     def solve(assume=None):
         """``(lower bound in scaled units or None if infeasible, the solution's y or None)``"""

@@ -26,7 +26,9 @@ needs several re-runs at one trap is learnt one excluded combination at a time; 
 how many bytes they need, and the linear relaxation of the hitting set sees it at once. On
 the Checkmate training graphs at 0.8 of the optimal no-recomputation peak (MobileNet,
 ResNet50, segnet: peaks at the turn from the forward to the backward pass), the rows alone
-give the optimum.
+give the optimum. A set whose relaxed graph has no forward trap above ``M`` meets every row
+already (Lemma 7a over all orders), so the rows never change the value the cost bound
+converges to: they change how soon it gets there.
 
 ``base`` (a set ``S0``): the same argument from ``G_{S0}`` instead of ``G`` (``T_{S0}`` only
 falls as ``S0`` grows, and the bytes uncovered are additive over the producers):
@@ -65,7 +67,11 @@ import numpy as np
 from memopt.core.tensor_graph import TensorGraph
 from memopt.remat.plan import resolve_caps
 
-__all__ = ["TrapCut", "trap_cuts", "uncovered_bytes", "cut_met", "restrict_cuts", "budget_peak_bound"]
+__all__ = ["TrapCut", "trap_cuts", "uncovered_bytes", "cut_met", "restrict_cuts", "budget_peak_bound", "scaled_row",
+           "add_row", "CUT_SCALE_ABOVE"]
+
+#: a trap cut's bytes above this are scaled down for the CP-SAT models that take it
+CUT_SCALE_ABOVE = 2**40
 
 
 class TrapCut(NamedTuple):
@@ -173,6 +179,32 @@ def restrict_cuts(cuts, *, rerun=(), never=()) -> list[TrapCut]:
         pairs = [(w, min(b, need)) for w, b in zip(cut.ops, cut.bytes) if w not in rerun and w not in never]
         out.append(cut._replace(need=need, ops=tuple(w for w, _ in pairs), bytes=tuple(b for _, b in pairs)))
     return out
+
+
+def scaled_row(coefs, need) -> tuple[list[int], int]:
+    """``(ceil(b / f) for b in coefs), ceil(need / f)`` with ``f`` the least power of two that
+    brings the scaled ``need`` to at most :data:`CUT_SCALE_ABOVE`: every set meeting the row
+    meets the scaled one (``sum ceil(b/f) >= sum b / f >= need / f``, and the left side is an
+    integer), so a model with the scaled row keeps every plan the row keeps."""
+    f = 1
+    while -(-int(need) // f) > CUT_SCALE_ABOVE:
+        f *= 2
+    return [-(-int(b) // f) for b in coefs], -(-int(need) // f)
+
+
+def add_row(model, literal, cut: TrapCut) -> bool:
+    """Add ``cut`` to a CP-SAT ``model`` over the literals ``literal[w]`` ("``w`` re-runs"),
+    scaled by :func:`scaled_row`; every op of the row must have a literal (restrict the row
+    first, :func:`restrict_cuts`). Returns ``False`` (and makes the model infeasible) when no
+    set meets the row."""
+    from ortools.sat.python import cp_model
+
+    coefs, need = scaled_row(cut.bytes, cut.need)
+    if sum(coefs) < need:
+        model.add_bool_or([])
+        return False
+    model.add(cp_model.LinearExpr.weighted_sum([literal[w] for w in cut.ops], coefs) >= need)
+    return True
 
 
 def budget_peak_bound(graph: TensorGraph, cost_budget, cap=1, *, time_limit: float = 5.0, floor: int = 0) -> int:
