@@ -382,8 +382,28 @@ def test_cost_bound_with_rows_never_exceeds_the_least_extra_cost(args):
         rr = _reruns(plan)
         for c in cb.cuts:
             assert cut_met(c, rr)
+            # a row of a hitting set (S_0 = H) excludes H itself: its left side is empty there
+            assert not c.base or not cut_met(c, c.base)
         for core in cb.cores:
             assert set(core) & rr
+
+
+def test_the_rows_of_a_hitting_set_exclude_it_and_every_plan_meets_them():
+    """Theorem 7 holds for every ``S_0``: where a hitting set ``H`` leaves a forward trap
+    above the limit in ``G_H``, the bound adds the rows at ``S_0 = H`` (here the first
+    hitting set of a 7-op graph at limit 117, cap 2). Each is unmet by its own ``H`` and met
+    by the exhaustive optimum, and the bound reaches that optimum (8)."""
+    g = _graph(5, 7, 0)
+    cost, plan = bf.min_extra_cost(g, 117, 2)
+    cb = cost_lower_bound(g, 117, 2, time_limit=30)
+    based = [c for c in cb.cuts if c.base]
+    assert based and cb.complete
+    for c in based:
+        assert c.need > 0 and not cut_met(c, c.base)
+        assert cut_met(c, _reruns(plan))
+    assert cost == cb.value == 8
+    # without the rows the bound is the same: they change how soon it gets there, not where (§7 (b))
+    assert cost_lower_bound(g, 117, 2, time_limit=30, trap_cuts=False).value == 8
 
 
 # ---------------------------------------------------------------------------- 4. the hitting set with rows

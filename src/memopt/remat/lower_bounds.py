@@ -542,6 +542,10 @@ def relaxed_trap_exceeds(graph: TensorGraph, rerun, limit: int, *, deadline: flo
 #: the share of ``cost_lower_bound``'s time that the trap cuts may take before the first core
 CUTS_SHARE = 0.25
 
+#: the seconds that the rows of one hitting set (Theorem 7 at ``S_0 = H``) may take; about
+#: 0.03 s on random_layered_n250, where a core takes ten times that
+SET_ROWS_SECONDS = 1.0
+
 #: op nodes whose trap was above the limit lately, tried first (most recent first)
 TRAP_HINTS = 4
 
@@ -696,11 +700,17 @@ def _known_cost(H, cores, clauses, costs, cuts=()):
         if c and not chosen & c:
             chosen.add(min(c, key=lambda v: (Fraction(costs[v]), v)))
     for cut in cuts:
-        for v, _ in sorted(zip(cut.ops, cut.bytes), key=lambda vb: (-Fraction(vb[1]) / max(Fraction(costs[vb[0]]),
-                                                                                              Fraction(1, 10**9)), vb[0])):
-            if cut_met(cut, chosen):
-                break
+        # most rows are met already: sort only the others' ops (this loop once took a fifth of
+        # the bound's time on random_layered_n250 with a few hundred rows)
+        have = sum(b for w, b in zip(cut.ops, cut.bytes) if w in chosen)
+        if have >= cut.need:
+            continue
+        for v, b in sorted(((w, b) for w, b in zip(cut.ops, cut.bytes) if w not in chosen),
+                           key=lambda vb: (-Fraction(vb[1]) / max(Fraction(costs[vb[0]]), Fraction(1, 10**9)), vb[0])):
             chosen.add(v)
+            have += b
+            if have >= cut.need:
+                break
     # an empty core is never met (no set meets it)
     if not all(chosen & c for c in cores) or \
             not all(chosen & set(c) or not set(y) <= chosen for c, y in clauses) or \
@@ -744,7 +754,10 @@ def cost_lower_bound(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit
     next ``H`` is the cheapest set meeting cores and clauses.
 
     ``trap_cuts`` (default): first the rows of :func:`memopt.remat.trap_cuts.trap_cuts` (§7,
-    Theorem 7; in ``CostBound.cuts``), met by the first ``H`` and every later one.
+    Theorem 7; in ``CostBound.cuts``), met by the first ``H`` and every later one; then also
+    the rows at ``S_0 = H`` for every set ``H`` whose core is sought (the hitting sets and the
+    solver's other sets) while the forward trap of ``G_H`` is above the limit: a row that
+    excludes ``H`` and, unlike its core, says how many bytes the other re-runs must uncover.
 
     ``cancel``: a function asked before each oracle question and each hitting set; once it
     returns true the bound stops as at the time limit (the best value proved so far, the cores
@@ -857,6 +870,23 @@ def cost_lower_bound(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit
             minimal[:] = [c for c in minimal if not new <= c] + [new]
         return core
 
+    row_keys: set = set()
+
+    def rows_at(S) -> None:
+        """The rows of Theorem 7 at ``S_0 = S`` (none unless the forward trap of ``G_S`` is
+        above the limit), added to ``cuts``: each excludes ``S`` as a core would, and says how
+        many bytes the re-runs outside ``S`` must uncover at its trap (on random_layered_n250
+        at 0.9 the bound after 300 s rises from about 1,785 to 1,950 with them)."""
+        if not trap_cuts or not S:
+            return
+        from memopt.remat.trap_cuts import trap_cuts as make_cuts
+
+        for cut in make_cuts(graph, M, caps, base=S, deadline=min(deadline, time.perf_counter() + SET_ROWS_SECONDS)):
+            key = (cut.op, cut.need, cut.ops, cut.bytes)
+            if key not in row_keys:
+                row_keys.add(key)
+                cuts.append(cut)
+
     H: tuple = ()
     value = Fraction(0)
     try:
@@ -871,6 +901,7 @@ def cost_lower_bound(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit
 
             # (a share of the time at most: a few cuts per op whose trap may exceed the limit)
             cuts.extend(make_cuts(graph, M, caps, deadline=min(deadline, t0 + CUTS_SHARE * max(0.0, float(time_limit)))))
+            row_keys.update((cut.op, cut.need, cut.ops, cut.bytes) for cut in cuts)
             if cuts:
                 hs_value, hs, optimal = min_hitting_set([], costs, deadline, cuts=cuts)
                 if hs_value is None:  # a row no set of re-runnable ops meets
@@ -882,6 +913,7 @@ def cost_lower_bound(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit
                 H = hs
         while time.perf_counter() < deadline:
             if not fits(H):
+                rows_at(H)
                 core = add_core(grow(set(H), over))
             elif spikes and H and spike_over(H, H):
                 # every plan re-running only H's ops fits G_H, but not if it re-runs all of them
@@ -918,6 +950,7 @@ def cost_lower_bound(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit
             # (forward-trap levels only: a "no" from the pair or scheduler level costs seconds)
             for other in [h for h in dict.fromkeys(reversed(found)) if h != hs and level[0] <= 1][:POOL_CORES]:
                 if time.perf_counter() < deadline and over(other):
+                    rows_at(other)
                     add_core(grow(set(other), over))
         return result(value, cores, H, complete=False)
     except _Cancelled:

@@ -129,14 +129,24 @@ def uncovered_bytes(graph: TensorGraph, ops_at, rerunnable=None) -> dict[int, np
     return out
 
 
+def _trap_rows(graph: TensorGraph, limit: int, ok: np.ndarray, base: tuple, deadline: float):
+    """``(traps, rows)``: the ops whose forward trap in ``G_base`` exceeds ``limit`` (op ->
+    trap) and, for each, ``A_w(v)`` over the ops ``w`` with ``ok[w]`` (:func:`uncovered_bytes`).
+    The one setup that the rows (:func:`trap_cuts`) and the peak under a budget
+    (:func:`budget_peak_bound`) share."""
+    from memopt.bounds.trap import traps_above
+    from memopt.remat.lower_bounds import _op_ancestors, _relaxed_dag, relaxed_graph
+
+    dag = _relaxed_dag(relaxed_graph(graph, base), _op_ancestors(graph))
+    traps = traps_above(dag, int(limit), np.arange(graph.num_ops), deadline=deadline)
+    return traps, uncovered_bytes(graph, sorted(traps), ok)
+
+
 def trap_cuts(graph: TensorGraph, memory_limit: int, cap=1, *, base=(), deadline: float = float("inf")) -> list[TrapCut]:
     """The trap cuts of ``graph`` at ``memory_limit``: one row per op whose forward trap in
     ``G_base`` (the relaxed graph of ``base``; ``G`` itself by default) exceeds the limit,
     ordered by op. Ops with cap 0 (``cap``: one int or one per op) and ops of ``base`` get no
     coefficient. At the deadline the ops not reached yet get no row (fewer rows: still sound)."""
-    from memopt.bounds.trap import traps_above
-    from memopt.remat.lower_bounds import _op_ancestors, _relaxed_dag, relaxed_graph
-
     n = graph.num_ops
     if n == 0:
         return []
@@ -145,9 +155,7 @@ def trap_cuts(graph: TensorGraph, memory_limit: int, cap=1, *, base=(), deadline
     ok = np.ones(n, bool) if caps is None else np.asarray([caps[v] > 0 for v in range(n)], bool)
     base = tuple(sorted({int(v) for v in base}))
     ok[list(base)] = False
-    dag = _relaxed_dag(relaxed_graph(graph, base), _op_ancestors(graph))
-    traps = traps_above(dag, M, np.arange(n), deadline=deadline)
-    rows = uncovered_bytes(graph, sorted(traps), ok)
+    traps, rows = _trap_rows(graph, M, ok, base, deadline)
     cuts = []
     for v in sorted(traps):
         need = traps[v] - M
@@ -218,8 +226,6 @@ def budget_peak_bound(graph: TensorGraph, cost_budget, cap=1, *, time_limit: flo
 
     from ortools.sat.python import cp_model
 
-    from memopt.bounds.trap import traps_above
-    from memopt.core.signed_dag import graph_to_dag
     from memopt.remat.lower_bounds import _scaled_costs
     from memopt.remat.plan import exact_costs
 
@@ -228,14 +234,13 @@ def budget_peak_bound(graph: TensorGraph, cost_budget, cap=1, *, time_limit: flo
     if n == 0:
         return floor
     deadline = time.perf_counter() + max(0.0, float(time_limit))
-    traps = traps_above(graph_to_dag(graph).dag, floor, np.arange(n), deadline=deadline)
-    if not traps:
-        return floor
     caps = resolve_caps(graph, cap)
     budget = Fraction(cost_budget)
     costs = exact_costs(graph)
     ok = np.asarray([(caps is None or caps[w] > 0) and Fraction(costs[w]) <= budget for w in range(n)], bool)
-    rows = uncovered_bytes(graph, sorted(traps), ok)
+    traps, rows = _trap_rows(graph, floor, ok, (), deadline)
+    if not traps:
+        return floor
     ops = sorted({int(w) for a in rows.values() for w in np.flatnonzero(a)})
     if not ops:
         return max(floor, max(traps.values()))
