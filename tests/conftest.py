@@ -101,3 +101,34 @@ def random_topological_order(g, rng) -> list[int]:
         placed.add(v)
         order.append(v)
     return order
+
+
+def rerun_set(plan) -> set:
+    """The ops that a remat plan runs more than once."""
+    from collections import Counter
+
+    return {v for v, k in Counter(plan.runs().tolist()).items() if k > 1}
+
+
+def assert_cost_bound_sound(cb, cost, plan) -> bool:
+    """What a :class:`memopt.remat.lower_bounds.CostBound` owes the exhaustive optimum
+    ``(cost, plan)`` (``(None, None)`` where no plan exists): ``infeasible`` only where no plan
+    exists; else a value at most the least extra cost, and every core and every trap-cut row
+    met by the optimal plan's re-runs. Returns whether there was a plan to check against."""
+    from fractions import Fraction
+
+    from memopt.remat.trap_cuts import cut_met
+
+    if cb.infeasible:
+        assert cost is None
+        return False
+    assert cb.value is not None
+    if cost is None:
+        return False   # infeasible for a reason the bound does not see: any value is vacuous
+    assert Fraction(cb.value) <= Fraction(cost)
+    rr = rerun_set(plan)
+    for core in cb.cores:
+        assert set(core) & rr
+    for c in cb.cuts:
+        assert cut_met(c, rr)
+    return True

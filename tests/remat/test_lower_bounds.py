@@ -5,7 +5,6 @@ the relaxed-graph bound and the extra-cost bound with its cores (proofs/remat_co
 from __future__ import annotations
 
 import time
-from collections import Counter
 from fractions import Fraction
 
 import numpy as np
@@ -28,6 +27,8 @@ from memopt.remat.lower_bounds import (
     rerun_trap_exceeds,
 )
 from memopt.schedule.brute_force import brute_force_schedule, random_tensor_graph
+
+from conftest import assert_cost_bound_sound, rerun_set
 
 SETTINGS = settings(max_examples=35, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 BIG = 10**9
@@ -123,10 +124,6 @@ def test_budget_aware_bound_is_sound(args):
 # proofs/remat_cost_bounds.md: Theorem 1 (relaxed graph), Theorem 2 (cores, hitting sets)
 
 
-def _reruns(plan) -> set:
-    return {v for v, k in Counter(plan.runs().tolist()).items() if k > 1}
-
-
 def _rerun_set_case(args, **graph_kw):
     """A random graph, a set ``S`` of ops allowed to re-run (bits of ``pick``, cap ``k``, the
     others cap 0) and the least peak of every plan within those caps (brute force)."""
@@ -159,17 +156,10 @@ def test_cost_bound_never_exceeds_the_least_extra_cost(args):
     limit = max(0, top - below * max(1, top // 12))
     cost, plan = bf.min_extra_cost(g, limit, cap)
     cb = cost_lower_bound(g, limit, cap, time_limit=20)
-    if cb.infeasible:
-        assert cost is None
-        return
-    assert cb.value is not None
-    if cost is None:
-        return  # infeasible for a reason the relaxation does not see: any value is vacuous
-    assert Fraction(cb.value) <= Fraction(cost)
-    # every core holds an op that the optimal plan re-runs; the hitting set meets every core
-    for core in cb.cores:
-        assert set(core) & _reruns(plan)
-        assert set(core) & set(cb.hitting_set)
+    # every core (and row) holds an op that the optimal plan re-runs; the hitting set meets every core
+    if assert_cost_bound_sound(cb, cost, plan):
+        for core in cb.cores:
+            assert set(core) & set(cb.hitting_set)
 
 
 def test_cost_bound_of_a_value_held_across_the_peak_is_its_recomputation():
@@ -253,7 +243,7 @@ def test_cost_bound_with_pair_oracle_never_exceeds_the_least_extra_cost(args):
         return
     assert Fraction(cb.value) <= Fraction(cost)
     for core in cb.cores:
-        assert set(core) & _reruns(plan)
+        assert set(core) & rerun_set(plan)
 
 
 def test_pair_oracle_finds_the_core_the_single_traps_miss():
@@ -350,7 +340,7 @@ def test_cost_bound_with_spikes_never_exceeds_the_least_extra_cost(args):
     if cost is None:
         return
     assert Fraction(cb.value) <= Fraction(cost)
-    rr = _reruns(plan)
+    rr = rerun_set(plan)
     for core, forced in cb.clauses:
         assert set(core) & rr or not set(forced) <= rr
     for core in cb.cores:

@@ -870,22 +870,25 @@ def cost_lower_bound(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit
             minimal[:] = [c for c in minimal if not new <= c] + [new]
         return core
 
+    from memopt.remat.trap_cuts import trap_cuts as make_cuts
+
     row_keys: set = set()
+
+    def keep_rows(new) -> None:
+        """Add the rows of ``new`` not in ``cuts`` yet (the same row from another ``S_0``)."""
+        for cut in new:
+            key = (cut.op, cut.need, cut.ops, cut.bytes)
+            if key not in row_keys:
+                row_keys.add(key)
+                cuts.append(cut)
 
     def rows_at(S) -> None:
         """The rows of Theorem 7 at ``S_0 = S`` (none unless the forward trap of ``G_S`` is
         above the limit), added to ``cuts``: each excludes ``S`` as a core would, and says how
         many bytes the re-runs outside ``S`` must uncover at its trap (on random_layered_n250
         at 0.9 the bound after 300 s rises from about 1,785 to 1,950 with them)."""
-        if not trap_cuts or not S:
-            return
-        from memopt.remat.trap_cuts import trap_cuts as make_cuts
-
-        for cut in make_cuts(graph, M, caps, base=S, deadline=min(deadline, time.perf_counter() + SET_ROWS_SECONDS)):
-            key = (cut.op, cut.need, cut.ops, cut.bytes)
-            if key not in row_keys:
-                row_keys.add(key)
-                cuts.append(cut)
+        if trap_cuts and S:
+            keep_rows(make_cuts(graph, M, caps, base=S, deadline=min(deadline, time.perf_counter() + SET_ROWS_SECONDS)))
 
     H: tuple = ()
     value = Fraction(0)
@@ -897,11 +900,8 @@ def cost_lower_bound(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit
         if trap_cuts:
             # the trap cuts (§7) first: where a limit needs several re-runs at one trap, they
             # give the hitting set what cores would learn one combination at a time
-            from memopt.remat.trap_cuts import trap_cuts as make_cuts
-
             # (a share of the time at most: a few cuts per op whose trap may exceed the limit)
-            cuts.extend(make_cuts(graph, M, caps, deadline=min(deadline, t0 + CUTS_SHARE * max(0.0, float(time_limit)))))
-            row_keys.update((cut.op, cut.need, cut.ops, cut.bytes) for cut in cuts)
+            keep_rows(make_cuts(graph, M, caps, deadline=min(deadline, t0 + CUTS_SHARE * max(0.0, float(time_limit)))))
             if cuts:
                 hs_value, hs, optimal = min_hitting_set([], costs, deadline, cuts=cuts)
                 if hs_value is None:  # a row no set of re-runnable ops meets
