@@ -283,6 +283,50 @@ def test_held_inputs_graph_bound_is_below_every_plan_that_reruns_only_its_ops(ar
     assert held_inputs_graph(g, []) is g
 
 
+@SETTINGS
+@given(st.tuples(st.integers(0, 2**32 - 1), st.integers(1, 7), st.integers(1, 2), st.integers(0, 2**20)),
+       st.permutations(["held", "relaxed", "last"]))
+def test_the_oracle_answer_does_not_depend_on_which_test_goes_first(args, first):
+    """``relaxed_trap_exceeds`` asks G_S^+, G_S and the last-run trap in the order of the one
+    that said yes last (kept on the graph): whatever that order, the answer is the disjunction
+    of the three, and never "yes" at the least peak of the plans it speaks for."""
+    from memopt.bounds.trap import forward_trap_exceeds
+    from memopt.core.signed_dag import graph_to_dag
+    from memopt.remat.last_runs import last_run_trap_exceeds
+
+    g, S, least = _rerun_set_case(args, max_size=30, edge_prob=0.3)
+    for limit in sorted({least - 1, least, relaxed_peak_bound(g, S) - 1, relaxed_peak_bound(g, S)}):
+        alone = [forward_trap_exceeds(graph_to_dag(held_inputs_graph(g, S)).dag, limit),
+                 forward_trap_exceeds(graph_to_dag(relaxed_graph(g, S)).dag, limit),
+                 last_run_trap_exceeds(g, S, limit)]
+        g._cache["remat_oracle_first"] = list(first)
+        assert relaxed_trap_exceeds(g, S, limit, held_inputs=True, last_runs=True) == any(alone)
+        assert limit < least or not any(alone)
+
+
+def test_the_remembered_answers_cover_subsets_of_yes_and_supersets_of_no():
+    """``_Answers`` (proof §2 (vi)): a subset of a set found over the limit is over; the growth
+    takes a superset of a set found under at the same level as under, and forgets those once
+    the level rises; only the maximal yes sets and minimal no sets are kept."""
+    from memopt.remat.lower_bounds import _Answers
+
+    a = _Answers()
+    b = a.bits
+    a.add(b([1, 2, 3]), True, 0)
+    a.add(b([1, 2]), True, 0)          # inside a kept one: nothing new
+    assert a.over == [b([1, 2, 3])]
+    assert a.known_over(b([2, 3])) and a.known_over(b([])) and not a.known_over(b([1, 4]))
+    a.add(b([1, 2, 3, 4]), True, 0)    # replaces the smaller one
+    assert a.over == [b([1, 2, 3, 4])]
+    a.add(b([5, 6]), False, 1)
+    a.add(b([5, 6, 7]), False, 1)      # contains a kept one: nothing new
+    assert a.under == [b([5, 6])]
+    assert a.known_under(b([5, 6, 9]), 1) and not a.known_under(b([5, 9]), 1)
+    assert not a.known_under(b([5, 6, 9]), 2)   # another level: its own answers
+    a.add(b([7]), False, 2)
+    assert a.under == [b([7])] and not a.known_under(b([5, 6]), 2)
+
+
 def test_held_inputs_make_the_rerun_keep_its_input():
     """x (10 bytes, made by X) is read by A (cheap) whose output a (10 bytes) is read again by
     Z after the big op B (20 bytes). Re-running A before Z needs x, so while B runs the plan
