@@ -515,20 +515,21 @@ def relaxed_trap_exceeds(graph: TensorGraph, rerun, limit: int, *, deadline: flo
         return int(graph.resident_bytes) > limit
     op_anc = _op_ancestors(graph)
     hints = graph._cache.setdefault("remat_trap_hints", [])
-    graphs: dict = {}   # "held" (G_S^+, when some input is held), "relaxed" (G_S)
+    graphs: dict = {}   # "held" (G_S^+, None when no input is held), "relaxed" (G_S), built when first asked
     dags: dict = {}
 
-    def relaxed_graphs() -> dict:
-        if not graphs:
-            if held_inputs:
+    def relaxed_graph_of(key: str):
+        if key not in graphs:
+            if key == "held":
                 strong = held_inputs_graph(graph, rerun)
-                if strong.num_tensors > graph.num_tensors:  # some input is held: a different graph
-                    graphs["held"] = strong
-            graphs["relaxed"] = relaxed_graph(graph, rerun)
-        return graphs
+                # no input held: the same graph as G_S, asked about under "relaxed"
+                graphs[key] = strong if strong.num_tensors > graph.num_tensors else None
+            else:
+                graphs[key] = relaxed_graph(graph, rerun)
+        return graphs[key]
 
     def forward(key: str) -> bool:
-        g = relaxed_graphs().get(key)
+        g = relaxed_graph_of(key)
         if g is None:
             return False
         dags[key] = _relaxed_dag(g, op_anc)
@@ -543,7 +544,8 @@ def relaxed_trap_exceeds(graph: TensorGraph, rerun, limit: int, *, deadline: flo
     # the test that said yes last is asked first (the answer is their disjunction, so the order
     # changes only the time): on random_layered_n250 at 0.9 the last-run trap decides 19 of 20
     # questions, and it costs a fifth of building and cutting G_S^+ and G_S
-    tests = {"held": lambda: forward("held"), "relaxed": lambda: forward("relaxed")}
+    keys = ("held", "relaxed") if held_inputs else ("relaxed",)
+    tests = {key: (lambda key=key: forward(key)) for key in keys}
     if last_runs:
         tests["last"] = last
     first = graph._cache.setdefault("remat_oracle_first", [])
@@ -551,7 +553,7 @@ def relaxed_trap_exceeds(graph: TensorGraph, rerun, limit: int, *, deadline: flo
         if tests[key]():
             remember_hint(first, key, len(tests))
             return True
-    for key in ("held", "relaxed"):
+    for key in keys:
         d = dags.get(key)
         budget = min(float(pair_time), deadline - time.perf_counter())
         if d is None:
@@ -561,7 +563,7 @@ def relaxed_trap_exceeds(graph: TensorGraph, rerun, limit: int, *, deadline: flo
         if d.n <= MAX_PAIR_NODES and int(pair_trap_bound(d, time_limit=budget, target=int(limit) + 1).value) > limit:
             return True
     if exact_time > 0:
-        for g in relaxed_graphs().values():
+        for g in filter(None, map(relaxed_graph_of, keys)):
             if _scheduled_above(g, limit, min(float(exact_time), deadline - time.perf_counter())):
                 return True
     return False
@@ -571,7 +573,8 @@ def relaxed_trap_exceeds(graph: TensorGraph, rerun, limit: int, *, deadline: flo
 CUTS_SHARE = 0.25
 
 #: the seconds that the rows of one hitting set (Theorem 7 at ``S_0 = H``) may take; about
-#: 0.03 s on random_layered_n250, where a core takes ten times that
+#: 0.03 s on random_layered_n250, where a core takes about twice that (0.35 s before the
+#: oracle asked its deciding test first)
 SET_ROWS_SECONDS = 1.0
 
 #: op nodes whose trap was above the limit lately, tried first (most recent first)
