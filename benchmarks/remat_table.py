@@ -12,7 +12,7 @@ given files). For each graph, ``P0`` is the least no-recomputation peak, from
 :func:`memopt.schedule` (its ``status`` says whether it is proved); for each ratio ``r`` the
 memory limit is ``M = floor(r * P0)`` bytes, and every method answers the same question:
 the least extra cost of a plan with peak ``<= M`` where every op runs at most ``1 + cap``
-times (DESIGN 1.5, ``docs/remat.md``).
+times (``docs/remat.md``).
 
 Columns per (graph, ratio, cap, method): ``status`` (``optimal`` = proved, ``feasible`` =
 gap open, ``infeasible`` = proved no plan, ``unknown`` = no plan within the limit found),

@@ -1,4 +1,4 @@
-"""memopt.adapters: connections to compilers and runtimes (DESIGN 2).
+"""memopt.adapters: connections to compilers and runtimes.
 
 * :mod:`memopt.adapters.onnx` — ONNX models: import as a tensor graph, reorder the nodes with
   memopt, run both orders in onnxruntime and measure their peaks.

@@ -2,7 +2,7 @@
 
 :func:`capture` compiles a function with Inductor on CPU, takes the generated Python
 wrapper (its ``call(args)`` body) and turns it into a memopt statement
-:class:`~memopt.core.program.Program` (DESIGN 1.2):
+:class:`~memopt.core.program.Program` (``docs/design.md``, statement program):
 
 * every top-level statement of ``call`` (after the ``args`` unpacking prologue, before the
   final ``return``) is one memopt statement, carrying its source text;

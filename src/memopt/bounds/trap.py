@@ -1,4 +1,4 @@
-"""Trap lower bounds on the peak memory of a signed DAG (DESIGN 1.4), by minimum cuts.
+"""Trap lower bounds on the peak memory of a signed DAG (``docs/design.md``, lower bounds), by minimum cuts.
 
 Model
 -----
@@ -528,7 +528,7 @@ def _pair_estimates(net: _Net, cand: np.ndarray, single: dict):
 
 def pair_trap_bound(dag, *, time_limit: float = 10.0, target: int | None = None,
                     nodes=None) -> Bound:
-    """Trap bound strengthened by branching on a second node (DESIGN 1.4).
+    """Trap bound strengthened by branching on a second node (``docs/design.md``, lower bounds).
 
     For nodes ``u, v`` that no edge path orders, every schedule runs ``u`` before ``v`` or
     after it. Before: ``u`` is in the ideal of ``v`` and ``v`` is not in the ideal of ``u``,

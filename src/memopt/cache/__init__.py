@@ -1,4 +1,4 @@
-"""Bounded-memory caches (DESIGN 1.7): request traces, eviction policies, offline optima and
+"""Bounded-memory caches (``docs/cache.md``): request traces, eviction policies, offline optima and
 residency certificates for expert offloading.
 
 * :func:`load_routes` reads MoE expert-routing logs (object = ``(layer, expert)``),

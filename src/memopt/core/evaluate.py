@@ -1,4 +1,4 @@
-"""The one exact peak evaluator of an op order on a tensor graph (DESIGN 1.1), O(n + e).
+"""The one exact peak evaluator of an op order on a tensor graph (``docs/design.md``, tensor graph), O(n + e).
 
 Running op ``v`` allocates its outputs and its workspace; the memory *while v runs* is
 ``live_before(v) + sum(s(out(v))) + w(v)``. After ``v`` its workspace is released and every

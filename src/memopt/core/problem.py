@@ -1,6 +1,7 @@
-"""A scheduling problem: one of the three models (DESIGN 1.1-1.3) behind one interface.
+"""A scheduling problem: one of the three models of ``docs/design.md`` (tensor graph, statement
+program, signed DAG) behind one interface.
 
-Every scheduling method, bound and checker of memopt works on the signed DAG of DESIGN 1.3;
+Every scheduling method, bound and checker of memopt works on the signed DAG (``docs/design.md``);
 users hand in a :class:`~memopt.core.tensor_graph.TensorGraph`, a
 :class:`~memopt.core.program.Program` or a :class:`~memopt.core.signed_dag.SignedDAG`.
 :class:`SchedulingProblem` holds the model, its signed DAG and the translation between the

@@ -1,4 +1,4 @@
-"""Statement programs (DESIGN 1.2): what a compiler actually emits.
+"""Statement programs (``docs/design.md``, statement program): what a compiler actually emits.
 
 A straight-line program of statements, each with effects on named buffers:
 ``alloc(b, bytes)``, ``free(b)`` and ``use(reads, writes)``, plus *transient* bytes the

@@ -1,4 +1,4 @@
-"""The one evaluator of recomputation step sequences (DESIGN 1.5), O(steps + edges touched).
+"""The one evaluator of recomputation step sequences (``docs/remat.md``), O(steps + edges touched).
 
 A plan is a sequence of steps ``run op`` / ``free tensor`` (``kind[i]`` is :data:`RUN` = 0 or
 :data:`FREE` = 1, ``index[i]`` the op or tensor id). The rules, stated once in

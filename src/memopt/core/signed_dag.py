@@ -1,4 +1,4 @@
-"""The common core (DESIGN 1.3): a DAG of nodes carrying signed integer memory deltas.
+"""The common core (``docs/design.md``, signed DAG): a DAG of nodes carrying signed integer memory deltas.
 
 Both the tensor graph and the statement program compile to a :class:`SignedDAG`. A node
 ``v`` has ``delta[v]`` (allocation > 0, release < 0) and ``transient[v] >= 0`` (bytes held
@@ -189,7 +189,7 @@ class GraphDAG:
 
 
 def graph_to_dag(graph: TensorGraph) -> GraphDAG:
-    """Compile a tensor graph to its signed DAG (DESIGN 1.3).
+    """Compile a tensor graph to its signed DAG (``docs/design.md``, signed DAG).
 
     Op ``v`` becomes node ``v`` with ``delta = sum of its (non-resident) outputs`` and
     ``transient = w(v)``. Every tensor that is eventually freed (not an output, not resident,

@@ -1,4 +1,4 @@
-"""The tensor graph (DESIGN 1.1): ops that produce and consume sized tensors.
+"""The tensor graph (``docs/design.md``, tensor graph): ops that produce and consume sized tensors.
 
 A :class:`TensorGraph` is immutable and indexed: ops and tensors have dense integer ids,
 and every relation is stored as a CSR pair of numpy arrays, so that evaluating an order

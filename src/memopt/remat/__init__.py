@@ -1,4 +1,4 @@
-"""memopt.remat: capped selective recomputation (DESIGN 1.5, ``docs/remat.md``).
+"""memopt.remat: capped selective recomputation (``docs/remat.md``).
 
 * :class:`RematPlan` — a plan of ``run``/``free`` steps (int arrays), to/from JSON steps;
 * :func:`evaluate_plan` — the one evaluator: validates and returns ``(peak, extra_cost, profile)``;

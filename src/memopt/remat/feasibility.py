@@ -1,6 +1,6 @@
 """Exact feasibility of capped recomputation under a memory limit, by search with dominance.
 
-Question: is there *any* valid plan (DESIGN 1.5: ``run`` / ``free`` steps, every op run at
+Question: is there *any* valid plan (``docs/remat.md``: ``run`` / ``free`` steps, every op run at
 least once and at most ``1 + k(op)`` times, graph outputs live at the end) whose peak is at
 most ``M``? The cost DP of :mod:`memopt.remat.treedp` answers it only by exhausting states
 that differ in extra cost; this search ignores cost and keeps, per set of ops that have run,

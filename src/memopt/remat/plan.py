@@ -1,4 +1,4 @@
-"""Recomputation plans (DESIGN 1.5) and their one evaluator, O(steps + edges touched).
+"""Recomputation plans (``docs/remat.md``) and their one evaluator, O(steps + edges touched).
 
 A plan is a sequence of steps ``{"run": op}`` and ``{"free": tensor}``; the model and its
 rules are stated once, in ``docs/remat.md``. In short:
@@ -185,7 +185,7 @@ def resolve_aliases(graph: TensorGraph, aliases) -> dict[int, int]:
 
     An alias (a view, an in-place result) is a size-0 tensor whose producer and every
     consumer also read its base, and which is a graph output only if its base is one
-    (DESIGN 1.1: "tensors of size 0 that keep their base alive"). Raises
+    (``docs/design.md``, tensor graph: "tensors of size 0 that keep their base alive"). Raises
     :class:`GraphError` naming the alias that breaks one of these conditions.
     """
     if not aliases:

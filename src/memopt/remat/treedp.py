@@ -1,6 +1,6 @@
 """Exact capped recomputation by dynamic programming over the lattice of ideals.
 
-Answers the two questions of DESIGN 1.5 exactly: the least extra cost of a plan whose peak
+Answers the two questions of ``docs/remat.md`` exactly: the least extra cost of a plan whose peak
 is at most ``M`` (:func:`min_extra_cost`) and the least peak of a plan whose extra cost is
 at most ``B`` (:func:`min_peak`, bisection over ``M``). Every returned plan is validated by
 :func:`memopt.remat.evaluate_plan` and by the independent :func:`memopt.remat.check_plan`.

@@ -1,7 +1,7 @@
 """Brute force over every topological order: the ground truth of the property tests.
 
 Deliberately independent of :mod:`memopt.core.evaluate`: it simulates the tensor-graph
-model of DESIGN 1.1 step by step (allocate outputs and workspace, run, free dead tensors)
+tensor-graph model of ``docs/design.md`` step by step (allocate outputs and workspace, run, free dead tensors)
 while enumerating all linear extensions depth first. Exponential: for graphs of about a
 dozen ops at most.
 """
@@ -17,7 +17,7 @@ MAX_BRUTE_FORCE_OPS = 12
 
 
 def naive_peak(graph: TensorGraph, order) -> int:
-    """Peak of ``order`` by literal simulation of DESIGN 1.1 (no interval tricks)."""
+    """Peak of ``order`` by literal simulation of the tensor-graph model (no interval tricks)."""
     return _simulate(graph, [int(v) for v in order])
 
 

@@ -1,6 +1,6 @@
 """Exact minimum-peak order of a signed DAG with a CP-SAT model (OR-Tools).
 
-Model (DESIGN 1.3). Releases run as soon as they are ready, so only the order of the
+Model (``docs/design.md``, signed DAG). Releases run as soon as they are ready, so only the order of the
 allocating nodes ``A`` is decided:
 
 * ``pos[v]`` for ``v`` in ``A``, all different, ``pos[u] < pos[v]`` along the edges of the

@@ -1,6 +1,6 @@
 """Fast greedy list scheduling of a signed DAG for low peak memory, O((n + e) log n).
 
-Model (DESIGN 1.3): nodes carry a signed ``delta`` and a ``transient``; the memory while the
+Model (``docs/design.md``, signed DAG): nodes carry a signed ``delta`` and a ``transient``; the memory while the
 k-th node of an order runs is ``base + prefix sum of delta + transient[k]``. Releases
 (``delta + transient <= 0``) run as soon as they are ready — that never raises the peak —
 so the scheduler only chooses among ready *allocating* nodes.

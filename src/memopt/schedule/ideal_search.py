@@ -1,6 +1,6 @@
 """Exact minimum-peak order of a signed DAG by search over its ideals (down-sets).
 
-Model (DESIGN 1.3). A schedule is a chain of ideals; the memory after ideal ``I`` is
+Model (``docs/design.md``, signed DAG). A schedule is a chain of ideals; the memory after ideal ``I`` is
 ``w(I) = base + sum(delta[I])`` and the memory while node ``v`` runs on top of ``I`` is
 ``w(I) + delta[v] + transient[v]``. Releases (``delta + transient <= 0``) run as soon as
 they are ready, so a state of the search is an ideal of the *allocating* nodes, closed

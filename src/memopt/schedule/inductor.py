@@ -6,8 +6,8 @@ Source: ``torch/_inductor/memory.py`` of PyTorch (read at commit
 ``reorder_for_peak_memory`` ("best of baseline + the three"). This module re-implements
 their logic over memopt's integer arrays; it is not a copy of that code.
 
-Mapping onto the tensor graph (DESIGN 1.1)
--------------------------------------------
+Mapping onto the tensor graph (``docs/design.md``, tensor graph)
+----------------------------------------------------------------
 * Inductor's *scheduler nodes* are our ops; its ``mpi_node.index`` (the tie-breaker of all
   three heuristics) is the op's position in the order the heuristics are given — the
   baseline order of ``reorder_for_peak_memory``; :func:`lpmf_order` & co. take it as

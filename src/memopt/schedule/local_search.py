@@ -1,6 +1,6 @@
 """Local search for the peak of a signed DAG: peak-targeted insertion moves, iterated.
 
-Model (DESIGN 1.3): a full node order of a :class:`~memopt.core.signed_dag.SignedDAG`;
+Model (``docs/design.md``, signed DAG): a full node order of a :class:`~memopt.core.signed_dag.SignedDAG`;
 the memory while the k-th node runs is ``run[k] = base + prefix sum of delta + transient``
 and the peak is ``max(base, max_k run[k])``. The search improves an order lexicographically
 on ``(peak, number of steps at the peak)`` — the count gives the search a slope on the

@@ -9,8 +9,8 @@ runs its parts one after the other; a parallel composition runs its source, then
 interleaves the interiors of its branches by Liu's hill-valley merge of each branch's
 optimal schedule, then its sink; they prove the result optimal.
 
-Mapping to our model (DESIGN 1.1)
----------------------------------
+Mapping to our model (``docs/design.md``, tensor graph)
+-------------------------------------------------------
 Their edge ``(u, v)`` of size ``s`` is our tensor produced by ``u`` and read by ``v`` only:
 allocated when ``u`` runs, live while ``v`` runs, freed after ``v`` — exactly our rule. So
 the two models coincide on *attributable* graphs (every tensor is released by one fixed

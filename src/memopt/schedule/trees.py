@@ -13,8 +13,8 @@ Liu's rule — then the ascending segments by decreasing ``hill - valley``
 (:func:`merge_chains`). Both orders are the classical exchange-argument orders for
 "up-down" jobs (a job raising memory by ``H`` and leaving it changed by ``R``).
 
-When it applies in our model (DESIGN 1.1)
------------------------------------------
+When it applies in our model (``docs/design.md``, tensor graph)
+---------------------------------------------------------------
 Liu's model gives every node a fixed effect on memory: ``rise`` (what is held while it
 runs, on top of the current level) and ``net`` (the change of level it leaves behind).
 A tensor graph has such *attributable* effects exactly when every tensor's allocation and
