@@ -1,4 +1,4 @@
-"""Issue 8's benchmark: memopt against the compilers' own orders, per zoo model, in one run.
+"""The adapters benchmark: memopt against the compilers' own orders, per zoo model, in one run.
 
     python benchmarks/adapters_table.py [--time-limit 1] [--no-training | --training-models M ...] [--no-onnx]
                                         [--json FILE] [MODEL...]
@@ -14,7 +14,7 @@ program in memopt's order, "measured" taken at the allocator, see docs/adapters.
    memopt's order (the ``onnx.helper`` models and the zoo exported to ONNX);
 4. every difference between Inductor's estimate and the stock program's peak, itemised by
    cause (:func:`memopt.adapters.inductor.attribute_estimate`);
-5. the issue's targets, checked: modelled = measured to the byte and bitwise-identical outputs
+5. the targets, checked: modelled = measured to the byte and bitwise-identical outputs
    in every run, certified optimal on >= 90 % of the programs each in < 1 s of scheduling,
    memopt's measured peak lower than stock on branching networks and higher on none, and no
    unattributed estimate difference.
@@ -61,7 +61,7 @@ def _table(rows: list[dict], cols: list[str]) -> str:
 
 
 def check_targets(inductor: list[dict], onnx: list[dict], time_limit: float) -> list[str]:
-    """The issue's targets as ``PASS``/``FAIL`` lines, over every program of the run."""
+    """The targets as ``PASS``/``FAIL`` lines, over every program of the run."""
     lines = []
     programs = [("inductor", r, r["memopt model"], r["memopt measured"], r["stock model"], r["stock measured"])
                 for r in inductor]

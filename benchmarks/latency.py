@@ -1,4 +1,4 @@
-"""Start-up and per-call latency of memopt against the targets of issue 6 (instant start).
+"""Start-up and per-call latency of memopt against the start-up targets (instant start).
 
 Each figure is measured in a fresh subprocess:
 

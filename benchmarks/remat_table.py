@@ -313,7 +313,7 @@ def report(rows: list[dict]) -> None:
 
 
 def summarize(rows: list[dict]) -> None:
-    """The issue's targets, counted on the rows at hand."""
+    """The targets, counted on the rows at hand."""
     unproved = sorted({r["graph"] for r in rows if r["P0 status"] not in ("certified", "optimal")})
     if unproved:
         print(f"\nP0 not proved optimal (limits relative to the best order found): {', '.join(unproved)}")

@@ -24,8 +24,9 @@ mode with ``with mode("pure" | "compiled" | "auto", size=n)``; the environment v
 ``MEMOPT_JIT=pure|compiled|auto`` sets the mode of calls made outside such a block and
 overrides ``auto`` blocks (for tests and benchmarks).
 
-Measurements behind the thresholds (2-core reference machine, warm disk cache, fresh
-process): loading the exact search's kernels costs ~0.5 s of CPU (LLVM start-up included),
+Measurements behind the thresholds (recorded 2026-11-30 on the 2-core reference machine,
+warm disk cache, fresh process; they vary with the machine and its load): loading the exact
+search's kernels costs ~0.5 s of CPU (LLVM start-up included),
 the greedy or trap kernels ~10-30 ms each once LLVM is up; pure Python runs greedy + forward
 trap in 2 ms on 34 nodes, 30 ms on 153, 110 ms on 351 (compiled: ~1 ms once loaded), graph
 construction in 50 ms on 1000 ops (first compiled load: 0.35 s). Compiling from a cold cache
@@ -223,8 +224,8 @@ def mode(m: str = "auto", size: int | None = None) -> Iterator[None]:
 def is_compiled(dispatcher) -> bool:
     """True when the kernel has a compiled (or cache-loaded) overload in this process.
     Remembered once true (an overload is never dropped): numba's ``signatures`` rebuilds its
-    list on every look, ~30 µs, and hot loops ask this per call (``random_layered_n250``'s
-    cost bound: 260,000 times in 90 s)."""
+    list on every look, and hot loops ask this per call (``random_layered_n250``'s cost bound
+    asks it hundreds of thousands of times)."""
     key = id(dispatcher)
     if _COMPILED.get(key) is dispatcher:
         return True

@@ -1,4 +1,4 @@
-"""PyTorch Inductor adapter: reorder the program Inductor actually generated (issue 8).
+"""PyTorch Inductor adapter: reorder the program Inductor actually generated.
 
 :func:`capture` compiles a function with Inductor on CPU, takes the generated Python
 wrapper (its ``call(args)`` body) and turns it into a memopt statement

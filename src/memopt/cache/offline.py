@@ -36,8 +36,8 @@ strictly around ``tau`` plus ``o_tau`` itself, so the schedule is feasible iff f
   with columns sorted by right end is a *greedy matrix* (no ``[[1,1],[1,0]]`` submatrix), so
   by Hoffman, Kolen and Sakarovitch (1985) the greedy that gives each interval, by increasing
   right end, as many bytes as the residual capacities allow is optimal. The two methods
-  agree on every trace (tested); the flow one is kept as the independent cross-check (it is
-  quadratic-ish in practice: 87k requests take minutes, the greedy 0.07 s).
+  agree on every trace (tested); the flow one is kept as the independent cross-check (it
+  grows roughly quadratically in practice, the greedy near-linearly).
   Either way the bound comes with an optimal **dual solution** (``FlowBound.dual_points``): a
   set ``P`` of requests such that no schedule keeps more than ``D(P) = sum_{tau in P}
   room(tau) + sum of s over intervals with no point of P inside`` (weak duality; the dual of an

@@ -7,9 +7,9 @@ with ``per_layer=True``). Policies, offline optima and certificates all consume 
 Two readers:
 
 * :func:`load_routes` reads the JSON-lines expert-routing logs written by the vLLM
-  ``select_experts`` logging patch (``../shared/data/moe-routes``): a ``meta`` line, then one
+  ``select_experts`` logging patch (the public traces ``docs/cache.md`` names): a ``meta`` line, then one
   ``route`` line per routed token row ``{"token_idx", "layer", "topk_ids", ...}``.
-  **Default reading** (issue 9): requests in file order, each record's ``topk_ids`` in listed
+  **Default reading**: requests in file order, each record's ``topk_ids`` in listed
   order, object = ``(layer, expert)``, one global cache. Several files (one per layer of the
   same run) are lined up pass by pass: a *pass* is a maximal run of rows in which
   ``token_idx`` keeps increasing (a boundary is where it restarts, i.e. does not exceed the

@@ -5,8 +5,8 @@ it optimal (:func:`memopt.remat.lower_bounds.cost_lower_bound`). Both are single
 Python, and neither needs the other to start: the bound needs only the graph, the limit and the
 caps; the plan's cost only lets the bound stop early (``stop_at``). On a machine with two or
 more cores, :class:`CostBoundProcess` runs the bound in a child process while the heuristic runs
-in the caller, so each gets the whole time instead of a share of it. On ``random_layered_n250``
-at 0.9, cap 2, 300 s, the bound had 115 s after the heuristic's 135 s; beside it, it has 270 s.
+in the caller, so each gets the whole time instead of a share of it (on ``random_layered_n250``
+at 0.9, cap 2, the bound gets more than twice the time it had after the heuristic).
 
 Protocol: the child is ``python -m memopt.remat.cost_bound_process`` (a fresh interpreter: no
 ``fork`` of a process that holds solver threads, and no re-import of the caller's ``__main__``

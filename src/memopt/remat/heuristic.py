@@ -57,8 +57,7 @@ the least-peak orders of the relaxed graphs of the ops it re-runs
 scheduler's orders stop near 6900) and from other least-peak orders of the scheduler (other
 seeds), each also in its least-overflow version (:func:`_greedy_least_overflow`,
 :mod:`memopt.remat.order_search`: single ops moved to lower the memory above the limit summed
-over the runs, which is what the greedy pays for; with it the heuristic alone reaches 2410 and
-2704 on ``random_layered_n500`` at 150 s, 2962 and 3619 without), and the search runs on the fitting plans in rounds of successive halving (Jamieson and Talwalkar, "Non-stochastic best arm
+over the runs, which is what the greedy pays for; measured in ``benchmarks/README.md``), and the search runs on the fitting plans in rounds of successive halving (Jamieson and Talwalkar, "Non-stochastic best arm
 identification and hyperparameter optimization", AISTATS 2016): equal slices of time, the
 cheaper half goes on. Sequences are evaluated without building their plans
 (:func:`_profile`, O(runs + edges)); every plan returned is built and evaluated exactly.

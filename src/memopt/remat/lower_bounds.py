@@ -79,8 +79,8 @@ questions is cut first (:func:`_forward_trap_above`), the test that said yes las
 first, and the hitting-set model keeps only the minimal cores (none of which changes an
 answer; ``proofs/remat_cost_bounds.md`` §2). The scheme also remembers its answers
 (:class:`_Answers`): a subset of a set found over the limit is over, and the core growth takes
-a superset of a set found to fit as fitting (§2 (vi)). On ``random_layered_n250`` at 0.9 the
-bound passes 2,067 after 132 s instead of 540 s.
+a superset of a set found to fit as fitting (§2 (vi)). Both only save time; the measured
+effect (``random_layered_n250`` at 0.9, 2026-12-01) is in ``benchmarks/README.md``.
 
 Under an extra-cost budget ``B`` (``cost_budget=B``) an op costing more than ``B`` cannot
 re-run, so it counts as cap 0 (proof §4). All sums are exact integers. ``O(n · (n + T))`` for the first-run terms (a descendant set
@@ -617,9 +617,8 @@ class _Answers:
     of ``S``, so the trap found for ``G_S`` bounds it. ``under``: the minimal sets that the
     current level found no trap for (cleared when the level rises); the core growth takes a
     superset of one as "no trap" without asking. Only a "yes" makes a core, so that shortcut
-    can only leave a core larger, never wrong. On ``random_layered_n250`` at 0.9 it answers
-    three quarters of the growth's "no" questions, the dear ones: a "no" computes every trap
-    (about 50 ms there), a "yes" usually one (about 2 ms)."""
+    can only leave a core larger, never wrong. It pays on the growth's "no" questions, the dear
+    ones: a "no" computes every trap, a "yes" usually one."""
 
     def __init__(self):
         self.over: list[int] = []
@@ -975,8 +974,8 @@ def cost_lower_bound(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit
     def rows_at(S) -> None:
         """The rows of Theorem 7 at ``S_0 = S`` (none unless the forward trap of ``G_S`` is
         above the limit), added to ``cuts``: each excludes ``S`` as a core would, and says how
-        many bytes the re-runs outside ``S`` must uncover at its trap (on random_layered_n250
-        at 0.9 the bound after 300 s rises from about 1,785 to 1,950 with them)."""
+        many bytes the re-runs outside ``S`` must uncover at its trap
+        (``proofs/remat_cost_bounds.md`` §7)."""
         if trap_cuts and S:
             keep_rows(make_cuts(graph, M, caps, base=S, deadline=min(deadline, time.perf_counter() + SET_ROWS_SECONDS)))
 

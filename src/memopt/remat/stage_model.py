@@ -56,12 +56,12 @@ stage), or if the hint re-runs it in stage ``t``.
 What it shows on the random layered graphs (0.9, cap 2; ``benchmarks/README.md``): the
 heuristic's plans are already optimal among the staged sequences of their own first-run
 order — on ``random_layered_n100`` the whole model with ``reach=0`` / ``1`` proves the 918 plan
-so in 19 s / 58 s, and windows of 20-40 stages (:func:`improve_by_stages`) prove it for 21
+so, and windows of 20-40 stages (:func:`improve_by_stages`) prove it for 21
 of 23 windows of the 3356 plan of ``n250`` and 34 of 34 of a 3621 plan of ``n500``, where
 the ruin-and-recreate search, which also moves first runs, goes on to 2813. What is left on
 these graphs is the order of first runs, which this model fixes; the heuristic does not
-call it. The whole model is too large there even with ``reach=0`` (``n250``: 50 s of
-presolve, no better plan in 200 s); windows are what scales.
+call it. The whole model is too large there even with ``reach=0`` (on ``n250`` it found no
+better plan within a 200 s limit, 2026-11-30, 2-core machine); windows are what scales.
 
 Example
 -------

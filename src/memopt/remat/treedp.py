@@ -8,7 +8,7 @@ Proofs: ``proofs/remat_treedp.md``.
 
 What this is, plainly
 ---------------------
-The issue asks for a dynamic program over a *tree decomposition*. The problem is strongly
+One might want a dynamic program over a *tree decomposition*. The problem is strongly
 NP-hard for every fixed cap at treewidth 2, so no algorithm polynomial in ``n`` (and in the
 numbers written in unary) for fixed treewidth and cap exists unless P = NP; any exact DP is
 exponential in something more. This module does **not** implement a DP over an arbitrary
@@ -115,15 +115,15 @@ tensors) — not in the treewidth, which the strong NP-hardness at treewidth 2 r
 only parameter. With cap 0 no op is ever open and the live set is forced by the ideal, so
 the DP *is* the ideal-lattice DP of the scheduling core: ``S <= #ideals``.
 
-Where it stands (benchmarks/remat_treedp.py, cap 2, limits 0.9 and 0.8 of the proven
-no-recomputation optimum, random series-parallel graphs, this 2-core machine shared with
-other jobs; details in proofs/remat_treedp.md §4.3): on **60 ops**, half the limits are
-proved infeasible at once by :mod:`memopt.remat.lower_bounds`; of the other six the registry
-method proves **five** optimal within 10 s (0.6-6.4 s at a load average of about 6; at most
-26 000 states and 4.2 CPU seconds each): the compiled expansion is 4-6x faster per state than the
-former pure-Python one, and Lemmas 6-7 cut the states 2-23x. One of the five (seed 2 at 0.8)
-needs the cost lower bound to reach the optimum within its share of the limit (about 1.4 CPU
-seconds). The sixth (seed 5 at 0.9, limit 51) is infeasible: the DP expands a million states
+Where it stands (``python benchmarks/remat_treedp.py --ops 60 --graphs 6 --time-limit 10
+--warm``: cap 2, limits 0.9 and 0.8 of the proven no-recomputation optimum, random
+series-parallel graphs; run 2026-11-30 on the 2-core machine shared with other jobs, figures in
+proofs/remat_treedp.md §4.3-4.4): on **60 ops**, half the limits are proved infeasible at once
+by :mod:`memopt.remat.lower_bounds`; of the other six the registry method proved **five**
+optimal within the 10 s limit (at most 26 000 states each), and Lemmas 6-7 cut the states
+2-23x (state counts do not depend on the machine). One of the five (seed 2 at 0.8) needs the
+cost lower bound to reach the optimum within its share of the limit, so under a heavier load
+it may stay open. The sixth (seed 5 at 0.9, limit 51) is infeasible: the DP expands a million states
 without a goal and no search exhausts it, but the last-run bound
 :func:`memopt.remat.feasibility.last_run_bound` (proofs/remat_treedp.md, Lemma 10: whichever
 of two heavy ops feeding the sink runs last holds a cut of the other's branch) shows that every

@@ -22,9 +22,9 @@ The ``freed`` credit is the scheduler's lookahead: a node is valued by what it a
 Each rule keeps two binary heaps with lazy deletion (a node's net only decreases, so a
 newer heap entry always beats its stale copies): O((n + e) log n) per rule, compiled with
 numba. :func:`greedy_dag_order` runs the rules (and the reference order itself, releases
-moved early) and keeps the lowest peak, so it is never worse than the reference order; on a
-random DAG of a million ops and three million edges all three rules take 1-2 s together
-(``benchmarks/large_dag.py``).
+moved early) and keeps the lowest peak, so it is never worse than the reference order
+(``python benchmarks/large_dag.py`` times it on a random DAG of a million ops and three
+million edges).
 
 Example
 -------
