@@ -53,7 +53,7 @@ for _m in (
     RematMethod("cpsat", _R + "cpsat:cpsat_method", "exact", "CP-SAT retention-interval model over run slots"),
     RematMethod("mip", _R + "mip:mip_method", "exact", "time-indexed MIP over run slots, solved by SCIP"),
     RematMethod("treedp", _R + "treedp:treedp_method", "exact",
-                "exact frontier DP, A* with a forced-re-run bound (exponential in DAG width and affordable re-runs)"),
+                "exact frontier DP, A* with a forced-re-run bound (exponential in DAG width, open ops and live sets)"),
 ):
     register(_m)
 del _m

@@ -109,9 +109,9 @@ tensors}`` live sets; under A*, when every tensor has one consumer (the series-p
 graphs of the benchmark) and op costs are at least ``c_min > 0``, a state with key ``<= OPT``
 differs from the live set forced by its ideal only in tensors charged to at most
 ``q = floor(OPT / c_min)`` ops, so at most ``sum_{i <= q} C(n, i) 2^{i d}`` live sets. So the
-DP is **exponential in the width W, in the number of open ops, and in the number q of
-re-runs an optimal plan can afford** (Dijkstra: in the number of potentially needed
-tensors) — not in the treewidth, which the strong NP-hardness at treewidth 2 rules out as the
+DP is **exponential in the width W, in the number of open ops, and, under those two
+conditions, in the number q of re-runs an optimal plan can afford** (otherwise, and for
+Dijkstra, in the number of potentially needed tensors) — not in the treewidth, which the strong NP-hardness at treewidth 2 rules out as the
 only parameter. With cap 0 no op is ever open and the live set is forced by the ideal, so
 the DP *is* the ideal-lattice DP of the scheduling core: ``S <= #ideals``.
 
