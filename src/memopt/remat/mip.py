@@ -1,4 +1,4 @@
-"""Exact capped recomputation as a time-indexed MIP, solved by SCIP (pyscipopt).
+"""Capped recomputation as an exact time-indexed MIP formulation, solved by SCIP (pyscipopt).
 
 Checkmate (Jain et al., MLSys 2020; ``checkmate/core/solvers/gurobi_solver.py``) decides
 ``R[t, i]`` ("compute node ``i`` in stage ``t``"), ``S[t, i]`` ("keep ``i`` into stage
@@ -38,9 +38,11 @@ that run (the end set for the empty slots after the last run). Every constraint 
 the model, and the memory of slot ``t`` is the plan's memory while run ``t`` runs (an empty
 slot holds a subset of the previous run's memory). Conversely a solution is the plan "run
 slot ``t``'s op, then free ``(L[t] ∪ out) \\ L[t+1]``" (:func:`plan_from_slots`), with exactly
-the solution's memory. Hence both optima equal the model's. Every plan is re-evaluated
-exactly and checked; a disagreement is an :class:`~memopt.errors.InternalError`.
-Exactness: proofs/remat_exact_models.md
+the solution's memory. Hence both optima equal the model's. SCIP solves it in floating point
+with tolerances, so its ``optimal`` and ``infeasible`` are as reliable as SCIP's numerics: every
+plan is re-evaluated exactly and checked (a disagreement is an
+:class:`~memopt.errors.InternalError`), a bound is not. Exactness of the formulation:
+proofs/remat_exact_models.md (§0 for this caveat).
 
 Example
 -------
