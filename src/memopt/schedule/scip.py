@@ -2,7 +2,8 @@
 
 The same decisions as :mod:`memopt.schedule.cpsat`, written as a mixed-integer program so
 that an independent solver (branch and cut on an LP relaxation instead of clause learning)
-confirms the optimal peaks. Only allocating nodes ``A`` are ordered (releases run early):
+confirms the optimal peaks (up to SCIP's floating-point tolerances: its orders are re-evaluated
+exactly, its bounds are not). Only allocating nodes ``A`` are ordered (releases run early):
 
 * ``x[u, v]`` binary, "``u`` runs before ``v``", for every incomparable pair of ``A``;
   comparable pairs are constants. The order is made transitive either by the linear
