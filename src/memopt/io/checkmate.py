@@ -1,6 +1,6 @@
 """Importer for the published graphs in networkx node-link JSON.
 
-Two schemas occur in the published data (`../shared/data/checkmate-graphs/`):
+Two schemas occur in the published data (Checkmate's training graphs and Moccasin's random layered graphs):
 
 * **Checkmate** (Jain et al., MLSys 2020): ``nodes`` with ``id``, ``cost_ram``, ``cost_cpu``
   (and ``name``, ``backward``); ``links`` with ``source``/``target``.
