@@ -293,8 +293,8 @@ class _Call:
                 if question == "min_cost":
                     if bg is not None and inc is not None:
                         # a heuristic that ended early leaves the child short of the time the bound
-                        # would get after it (random layered n100: 20 s of 135, bound 389 instead
-                        # of 444): it runs on for up to that share while the local search polishes
+                        # would get after it (random layered n100, 2026-12-01: 20 s of 135, bound
+                        # 389 instead of 444): it runs on for up to that share while the local search polishes
                         until = time.perf_counter() + AUTO_BOUND_SHARE * max(0.0, budget_end - time.perf_counter())
                         best = self._polish(best, memory_limit, min(budget_end, until), common, parts, beside=bg)
                         inc = best.plan

@@ -76,7 +76,7 @@ CHECK_SECONDS = 3.0
 #: the decomposition's check of the master's own cap vector may take this share of the time
 #: left (at least ``CHECK_SECONDS``): its answer decides the round, while a growth check that
 #: cannot answer only weakens the no-good (random_layered_n100 at 0.9: 4.4 s to prove that
-#: re-running op 68 alone does not fit)
+#: re-running op 68 alone does not fit, 2026-11-30 on the 2-core machine)
 MAIN_CHECK_SHARE = 0.25
 #: the share of the decomposition's time kept for the master after the last no-good (growing
 #: stops there): a no-good the master never sees raises no bound

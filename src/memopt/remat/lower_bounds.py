@@ -574,7 +574,7 @@ CUTS_SHARE = 0.25
 
 #: the seconds that the rows of one hitting set (Theorem 7 at ``S_0 = H``) may take; about
 #: 0.03 s on random_layered_n250, where a core takes about twice that (0.35 s before the
-#: oracle asked its deciding test first)
+#: oracle asked its deciding test first; measured 2026-12-01 on the 2-core machine)
 SET_ROWS_SECONDS = 1.0
 
 #: op nodes whose trap was above the limit lately, tried first (most recent first)
@@ -595,17 +595,17 @@ def _forward_trap_above(dag, limit: int, deadline: float, hints: list, num_ops: 
 #: the share of ``cost_lower_bound``'s time after which G_S^+ joins the oracle even if the
 #: forward trap of G_S alone still finds cores. 0 since the oracle got cheap (cached
 #: reachability, hinted traps): on random_layered_n250 G_S^+ from the start reached 824
-#: at 60 s where a third of the time on G_S alone reached 786 (G_S alone was once the
-#: faster oracle on the Checkmate graphs; not re-measured there)
+#: at 60 s where a third of the time on G_S alone reached 786 (2026-12-01, 2-core machine;
+#: G_S alone was once the faster oracle on the Checkmate graphs; not re-measured there)
 ESCALATE_SHARE = 0
 
 #: other hitting sets the solver found on its way whose cores are sought before the next solve
-POOL_CORES = 6   # random_layered_n250, 60 s: 870 without, 909 with 2, 932 with 6
+POOL_CORES = 6   # random_layered_n250, 60 s, 2026-12-01: 870 without, 909 with 2, 932 with 6
 
 #: ops tried one by one to shrink each core (the next cheapest after the binary search).
 #: Most say yes, and a yes is cheap once the test that decides goes first: on
-#: random_layered_n250 at 0.9 the bound after 255 s is 2,176 with 30 and 2,231 with 60
-#: (about 1,830 at 120 s with 12 before that reordering)
+#: random_layered_n250 at 0.9 the bound after 255 s was 2,176 with 30 and 2,231 with 60
+#: (about 1,830 at 120 s with 12 before that reordering; 2026-12-01, 2-core machine)
 SHRINK_TRIES = 60
 
 
