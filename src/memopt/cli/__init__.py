@@ -2,7 +2,7 @@
 
 One sub-module per command family registers its sub-commands through ``register(subparsers)``
 (:mod:`memopt.cli.schedule`: ``schedule``, ``bound``, ``verify``; :mod:`memopt.cli.dtr`:
-``dtr replay|sweep|explain``; :mod:`memopt.cli.cache`: ``cache experts|certify|verify|sweep|kv|record-attention``; :mod:`memopt.cli.remat`, :mod:`memopt.cli.onnx`); output goes through the shared helpers of
+``dtr replay|sweep|explain``; :mod:`memopt.cli.cache`: ``cache experts|certify|verify|sweep|kv|record-attention|kv-eval``; :mod:`memopt.cli.remat`, :mod:`memopt.cli.onnx`); output goes through the shared helpers of
 :mod:`memopt.cli._output`. Building the parser imports no solver, no kernel, no numba and
 no numpy: each command imports what it drives when it runs.
 
