@@ -111,8 +111,8 @@ differs from the live set forced by its ideal only in tensors charged to at most
 ``q = floor(OPT / c_min)`` ops, so at most ``sum_{i <= q} C(n, i) 2^{i d}`` live sets. So the
 DP is **exponential in the width W, in the number of open ops, and, under those two
 conditions, in the number q of re-runs an optimal plan can afford** (otherwise, and for
-Dijkstra, in the number of potentially needed tensors) — not in the treewidth, which the strong NP-hardness at treewidth 2 rules out as the
-only parameter. With cap 0 no op is ever open and the live set is forced by the ideal, so
+Dijkstra, in the number of potentially needed tensors) — not in the treewidth, which the
+strong NP-hardness at treewidth 2 rules out as the only parameter. With cap 0 no op is ever open and the live set is forced by the ideal, so
 the DP *is* the ideal-lattice DP of the scheduling core: ``S <= #ideals``.
 
 Where it stands (``python benchmarks/remat_treedp.py --ops 60 --graphs 6 --time-limit 10
