@@ -424,15 +424,49 @@ class TensorGraph:
         return self._cache["topo"]
 
     def to_networkx(self):
-        """Op-level ``networkx.DiGraph`` (nodes are op names) for inspection and interop."""
+        """Op-level ``networkx.DiGraph`` (nodes are op names) for inspection and interop.
+
+        Node attributes ``output_bytes``, ``outputs`` (``{tensor: bytes}``), ``reads`` (graph
+        inputs read), ``workspace``, ``cost``; edge attribute ``tensors`` (what flows along
+        it); graph attributes ``inputs``, ``graph_outputs``, ``resident``, ``name``: the
+        attributes :func:`memopt.from_networkx` reads (:mod:`memopt.core.nxgraph`), so that
+        ``from_networkx(g.to_networkx())`` rebuilds ``g``.
+
+        Returns
+        -------
+        networkx.DiGraph
+
+        Examples
+        --------
+        >>> g = TensorGraph.build([Tensor("x", 4), Tensor("y", 2, output=True)], [Op("f", ("x",), ("y",))])
+        >>> G = g.to_networkx()
+        >>> dict(G.nodes["f"]) == {"output_bytes": 2, "outputs": {"y": 2}, "reads": ["x"], "workspace": 0,
+        ...                        "cost": 0.0}
+        True
+        >>> G.graph["inputs"], G.graph["graph_outputs"]
+        ({'x': 4}, ['y'])
+        """
         import networkx as nx
 
-        G = nx.DiGraph(name=self.name)
+        tn, size = self.tensor_names, self.tensor_size.tolist()
+        graph_inputs = np.flatnonzero(self.tensor_producer < 0).tolist()
+        G = nx.DiGraph(name=self.name, inputs={tn[t]: size[t] for t in graph_inputs},
+                       graph_outputs=[tn[t] for t in np.flatnonzero(self.tensor_output).tolist()],
+                       resident=[tn[t] for t in np.flatnonzero(self.tensor_resident).tolist()])
+        producer = self.tensor_producer.tolist()
+        costs = [c.item() if isinstance(c, np.generic) else c for c in self.op_cost]
+        carried: dict[tuple[int, int], list[str]] = {}
         for i, n in enumerate(self.op_names):
-            G.add_node(n, workspace=int(self.op_workspace[i]), cost=float(self.op_cost[i]),
-                       output_bytes=int(self.op_output_bytes[i]))
-        s, d = self.op_edges()
-        G.add_edges_from((self.op_names[a], self.op_names[b]) for a, b in zip(s.tolist(), d.tolist()))
+            reads = []
+            for t in self.op_in_idx[self.op_in_ptr[i]:self.op_in_ptr[i + 1]].tolist():
+                if producer[t] < 0:
+                    reads.append(tn[t])
+                else:
+                    carried.setdefault((producer[t], i), []).append(tn[t])
+            outs = self.op_out_idx[self.op_out_ptr[i]:self.op_out_ptr[i + 1]].tolist()
+            G.add_node(n, output_bytes=int(self.op_output_bytes[i]), outputs={tn[t]: size[t] for t in outs},
+                       reads=reads, workspace=int(self.op_workspace[i]), cost=costs[i])
+        G.add_edges_from((self.op_names[a], self.op_names[b], {"tensors": ts}) for (a, b), ts in carried.items())
         return G
 
     def __repr__(self) -> str:
