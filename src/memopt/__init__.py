@@ -15,6 +15,8 @@ names are reached with ``from memopt.schedule.registry import get_method`` or
 (or ``import memopt.remat.api as api``) reads the function, not the package.
 """
 
+from __future__ import annotations
+
 import sys as _sys
 from types import ModuleType as _ModuleType
 
@@ -56,7 +58,8 @@ def __dir__():
     return sorted(set(globals()) | set(__all__))
 
 
-def schedule(model, method="auto", time_limit=10.0, *, input_order=None, seed=0, progress=False):
+def schedule(model, method="auto", time_limit: float = 10.0, *, input_order=None, seed: int = 0,
+             progress: bool = False) -> ScheduleResult:
     """Schedule a model for the lowest peak memory; the result is independently verified.
 
     Runs one method of the scheduling registry (:mod:`memopt.schedule.registry`) — by default
@@ -121,8 +124,8 @@ def schedule(model, method="auto", time_limit=10.0, *, input_order=None, seed=0,
     return run(model, method, time_limit, input_order=input_order, seed=seed, progress=progress)
 
 
-def remat(graph, *, memory_limit=None, memory_ratio=None, cost_budget=None, pareto=False, cap=1, method="auto",
-          time_limit=10.0, seed=0, jobs=None):
+def remat(graph, *, memory_limit=None, memory_ratio=None, cost_budget=None, pareto: bool = False, cap=1,
+          method="auto", time_limit: float = 10.0, seed: int = 0, jobs: int | None = None):
     """Capped selective recomputation: plans that re-run ops to lower the peak memory.
 
     Answers exactly one question (DESIGN 1.5, ``docs/remat.md``); every plan returned was

@@ -565,7 +565,7 @@ def _merge(question: str, a: RematResult | None, b: RematResult) -> RematResult:
 
 
 def remat(graph, *, memory_limit=None, memory_ratio=None, cost_budget=None, pareto: bool = False, cap=1,
-          method: str = "auto", time_limit: float = 10.0, seed: int = 0, jobs: int | None = None):
+          method="auto", time_limit: float = 10.0, seed: int = 0, jobs: int | None = None):
     """The implementation of :func:`memopt.remat` (same parameters, documented there; the
     strategy of ``auto`` in the module docstring)."""
     from memopt.schedule.api import check_time_limit
