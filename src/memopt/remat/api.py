@@ -101,10 +101,23 @@ POLISH_SLICE = 10.0
 
 @dataclass(frozen=True)
 class ParetoResult:
-    """The frontier: ``points`` (``min_peak`` results, peak decreasing, cost increasing),
-    ``complete`` (the last point's peak minus one was proved infeasible, or equals the lower
-    bound), ``status`` (``optimal`` when complete and every point is optimal, else
-    ``feasible``), ``seconds``."""
+    """The frontier that ``memopt.remat(graph, pareto=True)`` returns.
+
+    Attributes
+    ----------
+    points : list of RematResult
+        ``min_peak`` results, peak decreasing, cost increasing.
+    complete : bool
+        The last point's peak minus one was proved infeasible, or equals the lower bound.
+    status : {"optimal", "feasible"}
+        ``optimal`` when complete and every point is optimal.
+    seconds, cap, method, stats
+
+    Examples
+    --------
+    >>> ParetoResult(points=[], complete=False, status="feasible", seconds=0.0).to_dict()["points"]
+    []
+    """
 
     points: list
     complete: bool
@@ -189,15 +202,30 @@ def _graph_of(model):
 
 
 def plan_from_runs(graph, runs):
-    """The :class:`~memopt.remat.RematPlan` that runs ``runs`` (op names or ids, repetitions
-    allowed) in that order and frees every tensor as early as possible: each production serves
-    the reads up to the next production of the same tensor and is freed right after the last of
-    them; the last production of a graph output stays live; graph inputs nobody reads are freed
-    at the start. This is how a recomputation schedule from another tool (an order of runs,
-    e.g. Checkmate's or Moccasin's) enters memopt's model; measure it with
-    :func:`~memopt.remat.check_plan`. Raises :class:`~memopt.errors.ScheduleError` on an
-    unknown op or a run that reads a tensor not produced before it.
+    """The :class:`~memopt.remat.RematPlan` that runs ``runs`` in that order and frees every
+    tensor as early as possible: each production serves the reads up to the next production
+    of the same tensor and is freed right after the last of them; the last production of a
+    graph output stays live; graph inputs nobody reads are freed at the start. This is how a
+    recomputation schedule from another tool (Checkmate's or Moccasin's order of runs) enters
+    memopt's model; measure it with :func:`~memopt.remat.check_plan`.
 
+    Parameters
+    ----------
+    graph : TensorGraph, Instance or networkx.DiGraph
+    runs : sequence of int or str
+        Op names or ids, repetitions allowed.
+
+    Returns
+    -------
+    RematPlan
+
+    Raises
+    ------
+    ScheduleError
+        An unknown op, or a run that reads a tensor not produced before it.
+
+    Examples
+    --------
     >>> from memopt.core import Op, Tensor, TensorGraph
     >>> g = TensorGraph.build([Tensor("a", 4), Tensor("b", 2, output=True)],
     ...                       [Op("A", (), ("a",), cost=3), Op("B", ("a",), ("b",), cost=5)])
