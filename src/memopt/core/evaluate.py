@@ -88,11 +88,8 @@ def memory_profile(graph: TensorGraph, order: Sequence, *, validate: bool = True
 
     Parameters
     ----------
-    graph : TensorGraph
-    order : sequence of int or str
-        Every op once (ids or names), each after its producers.
-    validate : bool, default True
-        Check ``order`` first.
+    graph, order, validate
+        As in :func:`peak`.
 
     Returns
     -------

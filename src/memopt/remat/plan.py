@@ -281,18 +281,18 @@ def plan_from_order(graph: TensorGraph, order: Sequence, *, aliases=None) -> Rem
     ----------
     graph : TensorGraph
     order : sequence of int or str
-        A topological order of all ops.
+        A topological order of all ops (else :class:`ScheduleError`).
     aliases : dict, optional
         ``{alias: base}``, as :func:`resolve_aliases`.
 
     Returns
     -------
     RematPlan
+        Of peak ``memopt.core.peak(graph, order)``.
 
     Raises
     ------
     ScheduleError
-        ``order`` is not a topological order of all ops.
 
     Examples
     --------

@@ -87,8 +87,7 @@ class ScheduleResult:
     --------
     >>> import memopt
     >>> from memopt.core import Op, Tensor, TensorGraph
-    >>> g = TensorGraph.build([Tensor("x", 4), Tensor("y", 2, output=True)], [Op("f", ("x",), ("y",))])
-    >>> r = memopt.schedule(g, time_limit=1)
+    >>> r = memopt.schedule(TensorGraph.build([Tensor("y", 2, output=True)], [Op("f", (), ("y",))]), time_limit=1)
     >>> r.to_dict(labels=["f"])["order"], r.gap, r.verified
     (['f'], 0, True)
     """
