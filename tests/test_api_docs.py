@@ -26,13 +26,16 @@ PUBLIC_FUNCTIONS = {
     "memopt.peak": memopt.peak, "memopt.memory_profile": memopt.memory_profile,
     "memopt.remat.check_plan": check_plan, "memopt.remat.plan_from_runs": plan_from_runs,
     "memopt.remat.plan_from_order": plan_from_order, "memopt.remat.evaluate_plan": evaluate_plan,
+    "memopt.TensorGraph.build": memopt.TensorGraph.build,
     **{f"memopt.dtr.{n}": getattr(dtr, n) for n in ("load_trace", "baseline", "replay", "replay_ratio")},
     **{f"memopt.cache.{n}": getattr(cache, n) for n in (
         "load_routes", "simulate", "offline_optimum", "flow_lower_bound", "certify_residency",
         "verify_residency_certificate", "simulate_kv", "kv_optimum")},
 }
-RESULT_CLASSES = {"memopt.ScheduleResult": memopt.ScheduleResult, "memopt.RematResult": memopt.RematResult,
-                  "memopt.ParetoResult": memopt.ParetoResult}
+#: the result and model classes, each with its Attributes (or constructor Parameters) and Examples
+CLASSES = {f"memopt.{n}": getattr(memopt, n) for n in (
+    "ScheduleResult", "RematResult", "ParetoResult", "Tensor", "Op", "TensorGraph", "Statement", "Program",
+    "SignedDAG")}
 
 
 def _documented_names(doc) -> set[str]:
@@ -53,16 +56,18 @@ def test_every_public_function_has_the_numpydoc_sections(name):
     assert params == _documented_names(doc), f"{name}: documented parameters differ from the signature"
 
 
-@pytest.mark.parametrize("name", sorted(RESULT_CLASSES))
-def test_result_classes_document_their_attributes_with_an_example(name):
-    doc = ClassDoc(RESULT_CLASSES[name], config={"show_class_members": False})
-    assert doc["Attributes"] and ">>> " in "\n".join(doc["Examples"])
+@pytest.mark.parametrize("name", sorted(CLASSES))
+def test_result_and_model_classes_document_their_fields_with_an_example(name):
+    doc = ClassDoc(CLASSES[name], config={"show_class_members": False})
+    assert doc["Attributes"] or doc["Parameters"], name
+    assert ">>> " in "\n".join(doc["Examples"]), name
 
 
-def test_every_public_function_and_result_class_is_in_the_reference():
+def test_every_public_function_and_class_is_in_the_reference():
     text = "\n".join(p.read_text() for p in (REPO / "docs" / "api").glob("*.rst"))
     listed = set(re.findall(r"^\.\. auto(?:function|class):: (\S+)", text, re.M))
-    assert set(PUBLIC_FUNCTIONS) | set(RESULT_CLASSES) <= listed
+    members = {f"memopt.TensorGraph.{m}" for m in ("build", "from_arrays", "topological_order", "to_networkx")}
+    assert set(PUBLIC_FUNCTIONS) | set(CLASSES) <= listed | members
 
 
 @pytest.mark.slow

@@ -35,7 +35,23 @@ MAX_TOTAL_BYTES = 2**62
 
 @dataclass(frozen=True)
 class Tensor:
-    """A tensor: ``size`` bytes; ``output`` keeps it live at the end; ``resident`` for the whole run."""
+    """A tensor of a :class:`TensorGraph`.
+
+    Parameters
+    ----------
+    name : str
+    size : int
+        Bytes, ``>= 0``.
+    output : bool, default False
+        A graph output: live at the end.
+    resident : bool, default False
+        Live for the whole run (weights, caller-owned buffers); only graph inputs may be.
+
+    Examples
+    --------
+    >>> Tensor("w", 1024, resident=True).size
+    1024
+    """
 
     name: str
     size: int
@@ -45,7 +61,25 @@ class Tensor:
 
 @dataclass(frozen=True)
 class Op:
-    """An op: reads ``inputs``, allocates ``outputs``, holds ``workspace`` bytes while it runs."""
+    """An op of a :class:`TensorGraph`.
+
+    Parameters
+    ----------
+    name : str
+    inputs : tuple of str
+        Tensors it reads.
+    outputs : tuple of str
+        Tensors it allocates (it is their one producer).
+    workspace : int, default 0
+        Bytes held only while it runs.
+    cost : number, default 0
+        Compute cost of one run (what recomputation pays).
+
+    Examples
+    --------
+    >>> Op("matmul", ("x", "w"), ("y",), workspace=64, cost=3).outputs
+    ('y',)
+    """
 
     name: str
     inputs: tuple[str, ...] = ()
@@ -154,7 +188,30 @@ def exact_total(arr: np.ndarray) -> int:
 
 @dataclass(frozen=True, eq=False)
 class TensorGraph:
-    """Validated, indexed tensor graph. Build with :meth:`build` or :meth:`from_arrays`."""
+    """Validated, indexed tensor graph (model: module docstring). Immutable.
+
+    Build with :meth:`build` (records), :meth:`from_arrays` (flat arrays, for large graphs)
+    or :func:`memopt.from_networkx`; load with :func:`memopt.load_graph`.
+
+    Attributes
+    ----------
+    op_names, tensor_names : tuple of str
+    tensor_size : numpy.ndarray
+        int64 bytes per tensor.
+    tensor_producer : numpy.ndarray
+        Producing op per tensor, ``-1`` for graph inputs.
+    tensor_output, tensor_resident : numpy.ndarray
+        bool flags per tensor.
+    op_workspace, op_cost : numpy.ndarray
+        Per op.
+    name : str
+
+    Examples
+    --------
+    >>> g = TensorGraph.build([Tensor("x", 4), Tensor("y", 2, output=True)], [Op("f", ("x",), ("y",))])
+    >>> g.num_ops, g.tensor_producer.tolist()
+    (1, [-1, 0])
+    """
 
     op_names: tuple[str, ...]
     tensor_names: tuple[str, ...]
@@ -181,7 +238,32 @@ class TensorGraph:
     # ------------------------------------------------------------------ construction
     @classmethod
     def build(cls, tensors: Iterable[Tensor], ops: Iterable[Op], name: str = "") -> "TensorGraph":
-        """Build from :class:`Tensor` and :class:`Op` records, validating every reference."""
+        """Build from :class:`Tensor` and :class:`Op` records, validating every reference.
+
+        Parameters
+        ----------
+        tensors : iterable of Tensor
+        ops : iterable of Op
+        name : str, optional
+
+        Returns
+        -------
+        TensorGraph
+            Ops and tensors numbered in the order given.
+
+        Raises
+        ------
+        GraphError
+            A name declared twice, an unknown tensor, two producers, a cycle, a negative or
+            fractional size; the message names the item.
+
+        Examples
+        --------
+        >>> TensorGraph.build([Tensor("y", 2)], [Op("f", ("y",), ("y",))])
+        Traceback (most recent call last):
+        ...
+        memopt.errors.GraphError: cycle: op 'f' reads its own output 'y'
+        """
         tensors = list(tensors)
         ops = list(ops)
         t_index: dict[str, int] = {}
