@@ -330,7 +330,7 @@ def test_output_must_not_overwrite_an_input(tmp_path, capsys):
 
 
 def test_internal_error_exit_3_please_report(capsys, monkeypatch):
-    import memopt.schedule.api as api
+    from memopt.schedule import api
 
     def broken(*a, **k):
         raise InternalError("bound-above-peak", "lower bound 7 above verified peak 5")
@@ -355,7 +355,7 @@ def test_internal_error_exit_3_please_report(capsys, monkeypatch):
 
 
 def test_interrupt_and_broken_pipe(capsys, monkeypatch):
-    import memopt.schedule.api as api
+    from memopt.schedule import api
 
     def interrupted(*a, **k):
         raise KeyboardInterrupt

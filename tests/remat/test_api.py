@@ -154,7 +154,7 @@ def test_auto_without_the_models_proves_only_what_the_cost_bound_proves(seed, ca
     """With no room for the slot models, ``auto`` answers ``min_cost`` with the heuristic's
     plan and the extra-cost lower bound (proofs/remat_cost_bounds.md, Theorem 2): ``optimal``
     only at the brute-force optimum, ``infeasible`` only when brute force agrees."""
-    import memopt.remat.api as api
+    from memopt.remat import api
 
     g = small_graph(seed)
     top = peak(g, g.topological_order())
@@ -179,7 +179,7 @@ def test_auto_without_the_models_proves_only_what_the_cost_bound_proves(seed, ca
 def test_a_late_reuse_is_proved_optimal_by_the_cost_bound_alone():
     """a (cost 5) held across the big op B must be rebuilt under 12 bytes; the heuristic
     re-runs it, and the cost bound (5) proves that optimal without the slot models."""
-    import memopt.remat.api as api
+    from memopt.remat import api
 
     g = TensorGraph.build(
         tensors=[Tensor("a", 6), Tensor("m", 1), Tensor("b", 5), Tensor("c", 1), Tensor("z", 1, output=True)],
@@ -200,7 +200,7 @@ def test_a_late_reuse_is_proved_optimal_by_the_cost_bound_alone():
 def test_auto_with_only_the_hitting_set_model_stays_sound(seed, cap, cut):
     """Room for a model with caps on the cost bound's hitting set only (n + 2 slots), not for
     the full one: its plans are checked, ``optimal`` only at the brute-force optimum."""
-    import memopt.remat.api as api
+    from memopt.remat import api
 
     g = small_graph(seed)
     top = peak(g, g.topological_order())

@@ -99,12 +99,40 @@ def _minimum_traffic(trace: RequestTrace, cap: int, time_limit: float, max_reque
 def certify_residency(trace: RequestTrace, envelopes, *, capacities=None,
                       policies=DEFAULT_POLICIES, time_limit: float = 30.0,
                       max_requests: int = 2000) -> dict:
-    """The residency certificate of ``trace`` (module doc) as a JSON-ready dict.
+    """The residency certificate of ``trace`` (module docstring) as a JSON-ready dict.
 
-    ``envelopes``: ``{"device": BYTES, ...}`` or ``["device=BYTES", ...]``. ``capacities``:
-    bytes per cache to evaluate (default: each envelope's bytes divided by the number of
-    caches). ``policies``: online policies to report. The exact minimum uses CP-SAT only on
-    traces of at most ``max_requests`` requests with unequal sizes (else the flow bound).
+    Parameters
+    ----------
+    trace : RequestTrace
+    envelopes : dict or list of str
+        ``{"device": BYTES, ...}`` or ``["device=BYTES", ...]``.
+    capacities : list of int, optional
+        Bytes per cache to evaluate (default: each envelope's bytes divided by the number of
+        caches).
+    policies : tuple of str
+        Online policies to report.
+    time_limit : float, default 30.0
+    max_requests : int, default 2000
+        The exact minimum uses CP-SAT only on traces of at most this many requests with
+        unequal sizes (else the flow bound).
+
+    Returns
+    -------
+    dict
+        The certificate (``format``, ``trace``, ``semantic_demand``, ``envelopes``,
+        ``capacities``...), to check with :func:`verify_residency_certificate`.
+
+    Raises
+    ------
+    OptionError
+        Malformed envelopes or capacities.
+
+    Examples
+    --------
+    >>> from memopt.cache.routes import make_trace
+    >>> cert = certify_residency(make_trace([0, 1, 2, 0, 1, 2], [2, 2, 3]), {"gpu": 5}, time_limit=5)
+    >>> cert["semantic_demand"], [c["capacity"] for c in cert["capacities"]]
+    (7, [5])
     """
     if not isinstance(trace, RequestTrace):
         raise OptionError(f"certify_residency needs a RequestTrace, got {type(trace).__name__}")
@@ -468,11 +496,31 @@ def _load(cert):
 
 
 def verify_residency_certificate(cert, trace: RequestTrace, *, time_limit: float = 60.0) -> dict:
-    """Check a residency certificate (a dict, JSON text or a path) against ``trace``.
+    """Check a residency certificate against ``trace``: every number is derived again.
 
-    Re-derives every number (module doc) and returns a summary ``{"ok": True, "capacities":
-    ..., "checked": [...]}``; any false, unknown, missing or uncheckable claim raises
-    :class:`CertificateError` naming it.
+    Parameters
+    ----------
+    cert : dict, str or os.PathLike
+        The certificate, as a dict, JSON text or a path.
+    trace : RequestTrace
+    time_limit : float, default 60.0
+
+    Returns
+    -------
+    dict
+        ``{"ok": True, "capacities": [...], "checked": [...]}``.
+
+    Raises
+    ------
+    CertificateError
+        A false, unknown, missing or uncheckable claim, named in the message.
+
+    Examples
+    --------
+    >>> from memopt.cache.routes import make_trace
+    >>> tr = make_trace([0, 1, 2, 0, 1, 2], [2, 2, 3])
+    >>> verify_residency_certificate(certify_residency(tr, {"gpu": 5}, time_limit=5), tr)["ok"]
+    True
     """
     if not isinstance(trace, RequestTrace):
         raise OptionError(f"verify_residency_certificate needs a RequestTrace, got {type(trace).__name__}")

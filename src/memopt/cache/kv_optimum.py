@@ -340,10 +340,29 @@ def _head_task(A: np.ndarray, budget: int, prefill: int, method: str):
 def kv_optimum(trace: AttentionTrace, budget, *, prefill: int = 0, method: str = "assignment",
                jobs: int = 1) -> KVOptimum:
     """The most attention any schedule with at most ``budget`` past positions per head (from
-    step ``prefill`` on) retains, exactly, with an optimal schedule and (``method =
-    "assignment"``) a matching upper bound (module doc). ``jobs > 1`` solves heads on that
-    many local worker processes.
+    step ``prefill`` on) retains, exactly, with an optimal schedule (module docstring).
 
+    Parameters
+    ----------
+    trace : AttentionTrace
+    budget : int
+    prefill : int, default 0
+    method : {"assignment", "flow"}
+        ``"assignment"`` also gives a matching upper bound (an LP dual, checked).
+    jobs : int, default 1
+        Solve heads on that many local worker processes.
+
+    Returns
+    -------
+    KVOptimum
+
+    Raises
+    ------
+    OptionError
+        An unknown method or a bad budget.
+
+    Examples
+    --------
     >>> from memopt.cache.kv_trace import make_attention_trace
     >>> a = [[[[8, 0, 0, 0], [6, 2, 0, 0], [5, 1, 2, 0], [4, 3, 0, 1]]]]
     >>> tr = make_attention_trace(a, [True] * 4, scale=8)

@@ -464,10 +464,34 @@ class KVPolicy:
 def simulate_kv(trace: AttentionTrace, policy: str, budget, *, prefill: int = 0, share: str = "head",
                 sinks: int = 4, recent: int | None = None, window: int | None = None, kernel: int = 5,
                 lag: float = 0, weighting: str = "correct") -> KVResult:
-    """Replay ``policy`` (one of :data:`KV_POLICIES`) on every head of ``trace`` with at most
-    ``budget`` past positions per head (or per-layer budgets, ``share``: module doc) from step
-    ``prefill`` on: drives a :class:`KVPolicy` with the trace's rows.
+    """Replay ``policy`` on every head of ``trace``: drives a :class:`KVPolicy` with the
+    trace's rows.
 
+    Parameters
+    ----------
+    trace : AttentionTrace
+    policy : str
+        One of :data:`KV_POLICIES`.
+    budget : int or list of int
+        Past positions kept per head from step ``prefill`` on (or per-layer budgets,
+        ``share``: module docstring).
+    prefill : int, default 0
+    share : {"head", "layer"}
+    sinks, recent, window, kernel, lag, weighting
+        The policies' own parameters (module docstring).
+
+    Returns
+    -------
+    KVResult
+        ``retained`` out of ``total`` attention (exact integers), the schedule.
+
+    Raises
+    ------
+    OptionError
+        Not an :class:`AttentionTrace`, an unknown policy or a bad parameter.
+
+    Examples
+    --------
     >>> from memopt.cache.kv_trace import make_attention_trace
     >>> a = [[[[8, 0, 0, 0], [6, 2, 0, 0], [5, 1, 2, 0], [4, 3, 0, 1]]]]
     >>> tr = make_attention_trace(a, [True] * 4, scale=8)

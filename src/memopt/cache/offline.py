@@ -496,10 +496,28 @@ def _dual_cache(cc: _Cache) -> tuple[int, np.ndarray]:
 
 
 def flow_lower_bound(trace: RequestTrace, capacity, *, method: str = "greedy") -> FlowBound:
-    """The FOO-style lower bound on the traffic of any policy (module doc): the optimum of the
-    relaxation, by the exact greedy (``method="greedy"``, ``O(n log n)``) or by OR-Tools
-    min-cost flow on the network (``"min-cost-flow"``); both give the same number.
+    """The FOO-style lower bound on the traffic of any policy (module docstring).
 
+    Parameters
+    ----------
+    trace : RequestTrace
+    capacity : int
+        Bytes per cache.
+    method : {"greedy", "min-cost-flow"}
+        The optimum of the relaxation by the exact greedy (``O(n log n)``) or by OR-Tools
+        min-cost flow on the network; both give the same number.
+
+    Returns
+    -------
+    FlowBound
+
+    Raises
+    ------
+    OptionError
+        An unknown method or a bad capacity.
+
+    Examples
+    --------
     >>> from memopt.cache.routes import make_trace
     >>> flow_lower_bound(make_trace([0, 1, 0, 1], [2, 3]), 4).lower_bound
     7
@@ -617,15 +635,38 @@ def offline_optimum(trace: RequestTrace, capacity, *, time_limit: float = 30.0,
                     objective: str = "bytes", method: str = "auto",
                     max_requests: int = 5000) -> OfflineResult:
     """The minimum traffic (``objective="bytes"``) or miss count (``"misses"``) of any
-    demand-paging schedule at ``capacity`` bytes per cache (module doc).
+    demand-paging schedule at ``capacity`` bytes per cache (module docstring).
 
-    ``method``: ``"cp-sat"`` (the MIP), ``"belady"`` (only for equal sizes per cache, where it is
-    exact), ``"auto"`` (Belady on caches with equal sizes, else CP-SAT). A cache with more than
-    ``max_requests`` requests is not given to CP-SAT: its result is the best online schedule
-    and the flow bound (status ``feasible`` unless they meet). The best online schedule
-    (LRU, LFU, LRU-2, Belady) is CP-SAT's starting point, so a time-limited result is never
-    worse than any of them.
+    The best online schedule (LRU, LFU, LRU-2, Belady) is CP-SAT's starting point, so a
+    time-limited result is never worse than any of them.
 
+    Parameters
+    ----------
+    trace : RequestTrace
+    capacity : int
+        Bytes per cache.
+    time_limit : float, default 30.0
+        Seconds.
+    objective : {"bytes", "misses"}
+    method : {"auto", "cp-sat", "belady"}
+        ``"cp-sat"`` (the MIP), ``"belady"`` (only for equal sizes per cache, where it is
+        exact), ``"auto"`` (Belady on caches with equal sizes, else CP-SAT).
+    max_requests : int, default 5000
+        A cache with more requests is not given to CP-SAT: its result is the best online
+        schedule and the flow bound (``feasible`` unless they meet).
+
+    Returns
+    -------
+    OfflineResult
+        The schedule's ``misses`` and ``bytes_moved``, a proven ``lower_bound``, ``status``.
+
+    Raises
+    ------
+    OptionError
+        An unknown objective or method, a bad capacity or time limit.
+
+    Examples
+    --------
     >>> from memopt.cache.routes import make_trace
     >>> r = offline_optimum(make_trace([0, 1, 2, 0, 1, 2], [2, 2, 3]), 5, method="cp-sat")
     >>> r.bytes_moved, r.status

@@ -249,11 +249,32 @@ def _run_cache(trace: RequestTrace, req: np.ndarray, capacity: int, code: int, k
 
 def simulate(trace: RequestTrace, policy: str, capacity, *, k: int | None = None,
              hits_out: bool = False):
-    """Simulate ``policy`` on ``trace`` with ``capacity`` bytes per cache (see module doc).
+    """Simulate ``policy`` on ``trace`` with ``capacity`` bytes per cache (see the module docstring).
 
-    Returns a :class:`SimResult`; with ``hits_out=True`` returns ``(result, hit_flags)``, a
-    boolean array with one flag per request (a schedule witness).
+    Parameters
+    ----------
+    trace : RequestTrace
+    policy : {"lru", "lfu", "lru-k", "belady"}
+        One of :data:`POLICIES` (``"lru-2"`` is ``"lru-k"`` with ``k=2``).
+    capacity : int
+        Bytes per cache.
+    k : int, optional
+        The ``k`` of LRU-k.
+    hits_out : bool, default False
+        Also return the schedule: one hit flag per request.
 
+    Returns
+    -------
+    SimResult or tuple
+        A :class:`SimResult`; with ``hits_out=True``, ``(result, hit_flags)``.
+
+    Raises
+    ------
+    OptionError
+        An unknown policy, a negative or non-integer capacity.
+
+    Examples
+    --------
     >>> from memopt.cache.routes import make_trace
     >>> tr = make_trace([0, 1, 2, 0, 1, 3, 0], [1, 1, 1, 1])
     >>> simulate(tr, "lru", 2).misses, simulate(tr, "belady", 2).misses

@@ -327,15 +327,48 @@ def _passes_after(rf: _RouteFile, row: int) -> list[int]:
 
 def load_routes(paths, *, object_bytes=1, per_layer: bool = False, drop_warmup: bool = False,
                 skip_passes: int = 0, skip_rows: int = 0, name: str | None = None) -> RequestTrace:
-    """Read expert-routing logs (one path or a list of paths, e.g. one file per layer) as a
-    :class:`RequestTrace` (see the module docstring for the reading).
+    """Read expert-routing logs as a :class:`RequestTrace` (the reading: module docstring).
 
-    ``object_bytes``: bytes of one expert, an integer or a mapping ``{layer: bytes}`` (default
-    1, so that a capacity counts experts). ``per_layer``: one cache per layer (caches named
-    ``"layer L"``) instead of one global cache. ``drop_warmup``: drop the warm-up rows of each
-    file (:func:`warmup_rows`). ``skip_passes`` then ``skip_rows``: drop that many further
-    leading passes / rows of each file. With several files, the kept rows must form the same
-    passes in every file; the requests then come pass by pass, layer after layer.
+    Parameters
+    ----------
+    paths : str, os.PathLike or list of them
+        One path or a list (e.g. one file per layer).
+    object_bytes : int or dict, default 1
+        Bytes of one expert, or ``{layer: bytes}`` (1: a capacity counts experts).
+    per_layer : bool, default False
+        One cache per layer (named ``"layer L"``) instead of one global cache.
+    drop_warmup : bool, default False
+        Drop the warm-up rows of each file (:func:`warmup_rows`).
+    skip_passes, skip_rows : int, default 0
+        Then drop that many further leading passes / rows of each file. With several files,
+        the kept rows must form the same passes in every file; the requests then come pass by
+        pass, layer after layer.
+    name : str, optional
+        The trace's name (default: from the file names).
+
+    Returns
+    -------
+    RequestTrace
+        Objects are ``(layer, expert)``.
+
+    Raises
+    ------
+    FormatError
+        A missing or malformed file, naming the file and the 1-based line.
+    OptionError
+        A bad argument.
+
+    Examples
+    --------
+    >>> import json, os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "routes.jsonl")
+    >>> with open(path, "w") as f:
+    ...     f.writelines(json.dumps(r) + chr(10) for r in [{"type": "meta", "top_k": 2},
+    ...         {"type": "route", "token_idx": 0, "layer": 0, "topk_ids": [3, 1]},
+    ...         {"type": "route", "token_idx": 1, "layer": 0, "topk_ids": [1, 2]}])
+    >>> tr = load_routes(path)
+    >>> tr.objects, tr.requests.tolist()
+    (((0, 1), (0, 2), (0, 3)), [2, 0, 0, 1])
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]

@@ -84,7 +84,33 @@ def validate_order(graph: TensorGraph, order: Sequence) -> np.ndarray:
 
 
 def memory_profile(graph: TensorGraph, order: Sequence, *, validate: bool = True) -> MemoryProfile:
-    """Exact memory profile of running the ops in ``order`` (see the module docstring)."""
+    """Exact memory profile of running the ops in ``order`` (see the module docstring).
+
+    Parameters
+    ----------
+    graph, order, validate
+        As in :func:`peak`.
+
+    Returns
+    -------
+    MemoryProfile
+        ``start`` (bytes before any op), ``during[k]`` (while the ``k``-th op runs), ``peak``
+        and ``peak_step`` (index of the op at the peak, ``-1`` at the start).
+
+    Raises
+    ------
+    ScheduleError
+        ``order`` is not a valid order of ``graph``.
+
+    Examples
+    --------
+    >>> from memopt.core import Op, Tensor, TensorGraph
+    >>> g = TensorGraph.build([Tensor("x", 4), Tensor("y", 8), Tensor("z", 2, output=True)],
+    ...                       [Op("f", ("x",), ("y",)), Op("g", ("y",), ("z",), workspace=1)])
+    >>> p = memory_profile(g, [0, 1])
+    >>> p.start, p.during.tolist(), p.peak, p.peak_step
+    (4, [12, 11], 12, 0)
+    """
     idx = order_indices(graph, order)
     if validate:
         pos = validate_order(graph, idx)
@@ -124,5 +150,36 @@ def memory_profile(graph: TensorGraph, order: Sequence, *, validate: bool = True
 
 
 def peak(graph: TensorGraph, order: Sequence, *, validate: bool = True) -> int:
-    """Peak memory (bytes) of running ``graph``'s ops in ``order``."""
+    """Peak memory (bytes) of running ``graph``'s ops in ``order`` (DESIGN 1.1).
+
+    The maximum, over the start and every op, of the live bytes while it runs: its inputs
+    still needed, its outputs, its workspace, the resident tensors and the graph outputs
+    produced so far.
+
+    Parameters
+    ----------
+    graph : TensorGraph
+    order : sequence of int or str
+        Every op once (ids or names), each after its producers.
+    validate : bool, default True
+        Check ``order`` first (``False``: the caller guarantees it).
+
+    Returns
+    -------
+    int
+        Exact bytes (a Python int).
+
+    Raises
+    ------
+    ScheduleError
+        ``order`` misses or repeats an op, names an unknown one, or is not topological.
+
+    Examples
+    --------
+    >>> from memopt.core import Op, Tensor, TensorGraph
+    >>> g = TensorGraph.build([Tensor("x", 4), Tensor("y", 8), Tensor("z", 2, output=True)],
+    ...                       [Op("f", ("x",), ("y",)), Op("g", ("y",), ("z",), workspace=1)])
+    >>> peak(g, ["f", "g"])          # f: x 4 + y 8; g: y 8 + z 2 + workspace 1
+    12
+    """
     return memory_profile(graph, order, validate=validate).peak

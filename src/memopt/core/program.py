@@ -55,6 +55,28 @@ def _byte_count(size, what: str) -> int:
 
 @dataclass(frozen=True)
 class Statement:
+    """One statement of a :class:`Program` and its effects on named buffers (DESIGN 1.2).
+
+    Parameters
+    ----------
+    name : str
+    allocs : tuple of (str, int)
+        Buffers it allocates, with their bytes.
+    frees : tuple of str
+        Buffers it frees.
+    reads, writes : tuple of str
+        Buffers it reads / writes (read/read pairs of statements commute).
+    transient : int, default 0
+        Bytes held only while it runs (measured by profiling).
+    payload : object, optional
+        The original code line or node, for adapters (not compared).
+
+    Examples
+    --------
+    >>> Statement("mm", allocs=(("y", 8),), reads=("x",)).buffers() == {"x", "y"}
+    True
+    """
+
     name: str
     allocs: tuple[tuple[str, int], ...] = ()
     frees: tuple[str, ...] = ()
@@ -69,7 +91,28 @@ class Statement:
 
 @dataclass(frozen=True, eq=False)
 class Program:
-    """A validated statement program in its original order."""
+    """A validated statement program in its original order (DESIGN 1.2).
+
+    Parameters
+    ----------
+    statements : iterable of Statement
+    inputs : dict, optional
+        External buffers live at the start, ``{name: bytes}``.
+    name : str, optional
+
+    Raises
+    ------
+    GraphError
+        A malformed program (a buffer used before its allocation or after its free, a
+        negative size...), naming the statement.
+
+    Examples
+    --------
+    >>> p = Program([Statement("s0", allocs=(("a", 4),)), Statement("s1", allocs=(("b", 2),), reads=("a",)),
+    ...              Statement("s2", frees=("a",))])
+    >>> p.peak([0, 1, 2])
+    6
+    """
 
     statements: tuple[Statement, ...]
     inputs: Mapping[str, int] = field(default_factory=dict)  # external buffers live at start, by size

@@ -32,6 +32,28 @@ from memopt.errors import GraphError, ScheduleError
 
 @dataclass(frozen=True, eq=False)
 class SignedDAG:
+    """The common core (DESIGN 1.3): nodes with signed byte deltas, order constraints as edges.
+
+    Build with :meth:`build`. The live memory after a down-set is ``base`` plus the sum of
+    its deltas; a node also holds ``transient`` bytes while it runs.
+
+    Attributes
+    ----------
+    names : tuple of str
+    delta, transient : numpy.ndarray
+        int64 per node.
+    base : int
+        Bytes live before any node runs.
+    name : str
+
+    Examples
+    --------
+    >>> from memopt.core import dag_peak
+    >>> d = SignedDAG.build(["alloc", "free"], [4, -4], [(0, 1)])
+    >>> dag_peak(d, [0, 1])
+    4
+    """
+
     names: tuple[str, ...]
     delta: np.ndarray        # int64 [n]
     transient: np.ndarray    # int64 [n] >= 0

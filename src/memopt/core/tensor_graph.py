@@ -35,7 +35,23 @@ MAX_TOTAL_BYTES = 2**62
 
 @dataclass(frozen=True)
 class Tensor:
-    """A tensor: ``size`` bytes; ``output`` keeps it live at the end; ``resident`` for the whole run."""
+    """A tensor of a :class:`TensorGraph`.
+
+    Parameters
+    ----------
+    name : str
+    size : int
+        Bytes, ``>= 0``.
+    output : bool, default False
+        A graph output: live at the end.
+    resident : bool, default False
+        Live for the whole run (weights, caller-owned buffers); only graph inputs may be.
+
+    Examples
+    --------
+    >>> Tensor("w", 1024, resident=True).size
+    1024
+    """
 
     name: str
     size: int
@@ -45,7 +61,25 @@ class Tensor:
 
 @dataclass(frozen=True)
 class Op:
-    """An op: reads ``inputs``, allocates ``outputs``, holds ``workspace`` bytes while it runs."""
+    """An op of a :class:`TensorGraph`.
+
+    Parameters
+    ----------
+    name : str
+    inputs : tuple of str
+        Tensors it reads.
+    outputs : tuple of str
+        Tensors it allocates (it is their one producer).
+    workspace : int, default 0
+        Bytes held only while it runs.
+    cost : number, default 0
+        Compute cost of one run (what recomputation pays).
+
+    Examples
+    --------
+    >>> Op("matmul", ("x", "w"), ("y",), workspace=64, cost=3).outputs
+    ('y',)
+    """
 
     name: str
     inputs: tuple[str, ...] = ()
@@ -154,7 +188,30 @@ def exact_total(arr: np.ndarray) -> int:
 
 @dataclass(frozen=True, eq=False)
 class TensorGraph:
-    """Validated, indexed tensor graph. Build with :meth:`build` or :meth:`from_arrays`."""
+    """Validated, indexed tensor graph (model: module docstring). Immutable.
+
+    Build with :meth:`build` (records), :meth:`from_arrays` (flat arrays, for large graphs)
+    or :func:`memopt.from_networkx`; load with :func:`memopt.load_graph`.
+
+    Attributes
+    ----------
+    op_names, tensor_names : tuple of str
+    tensor_size : numpy.ndarray
+        int64 bytes per tensor.
+    tensor_producer : numpy.ndarray
+        Producing op per tensor, ``-1`` for graph inputs.
+    tensor_output, tensor_resident : numpy.ndarray
+        bool flags per tensor.
+    op_workspace, op_cost : numpy.ndarray
+        Per op.
+    name : str
+
+    Examples
+    --------
+    >>> g = TensorGraph.build([Tensor("x", 4), Tensor("y", 2, output=True)], [Op("f", ("x",), ("y",))])
+    >>> g.num_ops, g.tensor_producer.tolist()
+    (1, [-1, 0])
+    """
 
     op_names: tuple[str, ...]
     tensor_names: tuple[str, ...]
@@ -181,7 +238,32 @@ class TensorGraph:
     # ------------------------------------------------------------------ construction
     @classmethod
     def build(cls, tensors: Iterable[Tensor], ops: Iterable[Op], name: str = "") -> "TensorGraph":
-        """Build from :class:`Tensor` and :class:`Op` records, validating every reference."""
+        """Build from :class:`Tensor` and :class:`Op` records, validating every reference.
+
+        Parameters
+        ----------
+        tensors : iterable of Tensor
+        ops : iterable of Op
+        name : str, optional
+
+        Returns
+        -------
+        TensorGraph
+            Ops and tensors numbered in the order given.
+
+        Raises
+        ------
+        GraphError
+            A name declared twice, an unknown tensor, two producers, a cycle, a negative or
+            fractional size; the message names the item.
+
+        Examples
+        --------
+        >>> TensorGraph.build([Tensor("y", 2)], [Op("f", ("y",), ("y",))])
+        Traceback (most recent call last):
+        ...
+        memopt.errors.GraphError: cycle: op 'f' reads its own output 'y'
+        """
         tensors = list(tensors)
         ops = list(ops)
         t_index: dict[str, int] = {}
@@ -424,15 +506,49 @@ class TensorGraph:
         return self._cache["topo"]
 
     def to_networkx(self):
-        """Op-level ``networkx.DiGraph`` (nodes are op names) for inspection and interop."""
+        """Op-level ``networkx.DiGraph`` (nodes are op names) for inspection and interop.
+
+        Node attributes ``output_bytes``, ``outputs`` (``{tensor: bytes}``), ``reads`` (graph
+        inputs read), ``workspace``, ``cost``; edge attribute ``tensors`` (what flows along
+        it); graph attributes ``inputs``, ``graph_outputs``, ``resident``, ``name``: the
+        attributes :func:`memopt.from_networkx` reads (:mod:`memopt.core.nxgraph`), so that
+        ``from_networkx(g.to_networkx())`` rebuilds ``g``.
+
+        Returns
+        -------
+        networkx.DiGraph
+
+        Examples
+        --------
+        >>> g = TensorGraph.build([Tensor("x", 4), Tensor("y", 2, output=True)], [Op("f", ("x",), ("y",))])
+        >>> G = g.to_networkx()
+        >>> dict(G.nodes["f"]) == {"output_bytes": 2, "outputs": {"y": 2}, "reads": ["x"], "workspace": 0,
+        ...                        "cost": 0.0}
+        True
+        >>> G.graph["inputs"], G.graph["graph_outputs"]
+        ({'x': 4}, ['y'])
+        """
         import networkx as nx
 
-        G = nx.DiGraph(name=self.name)
+        tn, size = self.tensor_names, self.tensor_size.tolist()
+        graph_inputs = np.flatnonzero(self.tensor_producer < 0).tolist()
+        G = nx.DiGraph(name=self.name, inputs={tn[t]: size[t] for t in graph_inputs},
+                       graph_outputs=[tn[t] for t in np.flatnonzero(self.tensor_output).tolist()],
+                       resident=[tn[t] for t in np.flatnonzero(self.tensor_resident).tolist()])
+        producer = self.tensor_producer.tolist()
+        costs = [c.item() if isinstance(c, np.generic) else c for c in self.op_cost]
+        carried: dict[tuple[int, int], list[str]] = {}
         for i, n in enumerate(self.op_names):
-            G.add_node(n, workspace=int(self.op_workspace[i]), cost=float(self.op_cost[i]),
-                       output_bytes=int(self.op_output_bytes[i]))
-        s, d = self.op_edges()
-        G.add_edges_from((self.op_names[a], self.op_names[b]) for a, b in zip(s.tolist(), d.tolist()))
+            reads = []
+            for t in self.op_in_idx[self.op_in_ptr[i]:self.op_in_ptr[i + 1]].tolist():
+                if producer[t] < 0:
+                    reads.append(tn[t])
+                else:
+                    carried.setdefault((producer[t], i), []).append(tn[t])
+            outs = self.op_out_idx[self.op_out_ptr[i]:self.op_out_ptr[i + 1]].tolist()
+            G.add_node(n, output_bytes=int(self.op_output_bytes[i]), outputs={tn[t]: size[t] for t in outs},
+                       reads=reads, workspace=int(self.op_workspace[i]), cost=costs[i])
+        G.add_edges_from((self.op_names[a], self.op_names[b], {"tensors": ts}) for (a, b), ts in carried.items())
         return G
 
     def __repr__(self) -> str:

@@ -236,7 +236,30 @@ def _as_trace(trace) -> Trace:
 
 
 def baseline(trace) -> Baseline:
-    """simrd's ``RuntimeV1(math.inf, ...)`` run: peak memory and compute (cached)."""
+    """simrd's ``RuntimeV1(math.inf, ...)`` run: peak memory and compute (cached per trace).
+
+    Parameters
+    ----------
+    trace : Trace
+
+    Returns
+    -------
+    Baseline
+        ``peak`` (bytes), ``compute`` (the log's time units), ``const_memory``.
+
+    Raises
+    ------
+    FormatError
+        Sizes or costs beyond exact int64 arithmetic.
+
+    Examples
+    --------
+    >>> from memopt.dtr.trace import parse_lines
+    >>> tr = parse_lines(['{"INSTRUCTION": "CONSTANT", "NAME": "x"}',
+    ...                   '{"INSTRUCTION": "MEMORY", "NAME": "x", "MEMORY": 4}'])
+    >>> baseline(tr).peak
+    4
+    """
     trace = _as_trace(trace)
     if trace._baseline is not None:
         return trace._baseline
@@ -483,15 +506,52 @@ def replay(trace, budget: int, heuristic="dtr", *, overhead_limit: float | None 
            ratio: float | None = None) -> ReplayResult:
     """Replay ``trace`` under ``budget`` bytes with simrd's ``RuntimeV2EagerOptimized``.
 
-    ``heuristic``: a name of :data:`memopt.dtr.HEURISTICS` (``'dtr'``, ``'dtr-eqclass'``,
-    ``'dtr-local'``, ``'msps'``, ``'lru'``, ``'largest'`` or simrd's class names), a
-    :class:`memopt.dtr.heuristics.Heuristic`, or a callable ``score(StorageView) -> float``
-    (lower is evicted first). ``overhead_limit`` X stops the run with ``'thrash'`` once
-    the rematerialization compute exceeds ``baseline_compute * (X - 1)`` (simrd's
-    ``remat_limit``); ``None`` means no limit. ``record`` keeps a :class:`ReplayLog` of
-    evictions, recomputations and the failure point. ``keep_resident``: trace tensor
-    names whose storages are pinned as soon as they are computed (never evicted) -- a
-    counterfactual that simrd does not have; empty by default.
+    Parameters
+    ----------
+    trace : Trace
+    budget : int
+        Bytes.
+    heuristic : str, Heuristic or callable, default "dtr"
+        A name of :data:`memopt.dtr.HEURISTICS` (``'dtr'``, ``'dtr-eqclass'``,
+        ``'dtr-local'``, ``'msps'``, ``'lru'``, ``'largest'`` or simrd's class names), a
+        :class:`memopt.dtr.heuristics.Heuristic`, or a callable ``score(StorageView) -> float``
+        (lower is evicted first).
+    overhead_limit : float, optional
+        X stops the run with ``'thrash'`` once the rematerialization compute exceeds
+        ``baseline_compute * (X - 1)`` (simrd's ``remat_limit``); ``None``: no limit.
+    record : bool, default False
+        Keep a :class:`ReplayLog` of evictions, recomputations and the failure point.
+    keep_resident : frozenset of str
+        Trace tensor names whose storages are pinned once computed (never evicted), a
+        counterfactual that simrd does not have.
+    ratio : float, optional
+        Only reported in the result.
+
+    Returns
+    -------
+    ReplayResult
+        ``status`` (``'pass'``, ``'OOM'``, ``'thrash'``), ``clock``, ``remat_compute``,
+        ``max_memory``... field for field what simrd reports.
+
+    Raises
+    ------
+    OptionError
+        A negative or non-finite budget, an overhead limit below 1.
+    MemoptError
+        An unknown heuristic name.
+    FormatError
+        The trace reaches a state where simrd fails (named in the message).
+
+    Examples
+    --------
+    >>> from memopt.dtr.trace import parse_lines
+    >>> tr = parse_lines(['{"INSTRUCTION": "CONSTANT", "NAME": "x"}',
+    ...                   '{"INSTRUCTION": "MEMORY", "NAME": "x", "MEMORY": 4}',
+    ...                   '{"INSTRUCTION": "CALL", "NAME": "f", "ARGS": ["x"], "RESULT": ["y"], "TIME": 3}',
+    ...                   '{"INSTRUCTION": "MEMORY", "NAME": "y", "MEMORY": 8}',
+    ...                   '{"INSTRUCTION": "ALIAS", "NAME": "y", "ALIAS": -1}'])
+    >>> replay(tr, 12).status, replay(tr, 11).status
+    ('pass', 'OOM')
     """
     trace = _as_trace(trace)
     heur = resolve_heuristic(heuristic)
@@ -540,7 +600,35 @@ def replay(trace, budget: int, heuristic="dtr", *, overhead_limit: float | None 
 
 
 def replay_ratio(trace, ratio: float, heuristic="dtr", **kw) -> ReplayResult:
-    """:func:`replay` with ``budget = int(ratio * baseline(trace).peak)`` (simrd's rule)."""
+    """:func:`replay` with ``budget = int(ratio * baseline(trace).peak)`` (simrd's rule).
+
+    Parameters
+    ----------
+    trace : Trace
+    ratio : float
+        Fraction of the baseline peak.
+    heuristic : str, Heuristic or callable, default "dtr"
+        As :func:`replay`.
+    **kw
+        The other keywords of :func:`replay`.
+
+    Returns
+    -------
+    ReplayResult
+
+    Raises
+    ------
+    OptionError
+        As :func:`replay`.
+
+    Examples
+    --------
+    >>> from memopt.dtr.trace import parse_lines
+    >>> tr = parse_lines(['{"INSTRUCTION": "CONSTANT", "NAME": "x"}',
+    ...                   '{"INSTRUCTION": "MEMORY", "NAME": "x", "MEMORY": 4}'])
+    >>> replay_ratio(tr, 1.0).budget
+    4
+    """
     trace = _as_trace(trace)
     ratio = _number(ratio, "ratio")
     if not (math.isfinite(ratio) and ratio >= 0):

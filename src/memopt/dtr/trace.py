@@ -275,11 +275,39 @@ def _check_record(path: str, lineno: int, line: str) -> dict:
 
 
 def load_trace(path, *, start: bool | None = None) -> Trace:
-    """Parse the DTR log at ``path`` (see module docstring).
+    """Parse the DTR log at ``path`` into simrd's replay schedule (see the module docstring).
 
-    ``start``: skip everything up to the ``ANNOTATE START`` record, as simrd does with
-    ``has_start``; ``None`` (default) skips iff the log contains that marker (true for
-    all eight public logs, whose ``manifest.json`` says ``has_start: true``).
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A JSON-lines DTR log.
+    start : bool, optional
+        Skip everything up to the ``ANNOTATE START`` record, as simrd does with
+        ``has_start``; ``None`` (default) skips iff the log contains that marker (true for all
+        eight public logs, whose ``manifest.json`` says ``has_start: true``).
+
+    Returns
+    -------
+    Trace
+
+    Raises
+    ------
+    FormatError
+        A missing file or a malformed record, naming the 1-based line.
+
+    Examples
+    --------
+    >>> import json, os, tempfile
+    >>> records = [{"INSTRUCTION": "CONSTANT", "NAME": "x"}, {"INSTRUCTION": "MEMORY", "NAME": "x", "MEMORY": 4},
+    ...            {"INSTRUCTION": "CALL", "NAME": "f", "ARGS": ["x"], "RESULT": ["y"], "TIME": 3},
+    ...            {"INSTRUCTION": "MEMORY", "NAME": "y", "MEMORY": 8},
+    ...            {"INSTRUCTION": "ALIAS", "NAME": "y", "ALIAS": -1}]
+    >>> path = os.path.join(tempfile.mkdtemp(), "log.jsonl")
+    >>> with open(path, "w") as f:
+    ...     f.writelines(json.dumps(r) + chr(10) for r in records)
+    >>> from memopt.dtr import baseline
+    >>> baseline(load_trace(path))
+    Baseline(peak=12, compute=3, const_memory=4)
     """
     try:
         path = os.fspath(path)

@@ -164,12 +164,72 @@ def instance_from_doc(doc, where: str = "<instance>") -> Instance:
 
 
 def load_instance(path: str | os.PathLike) -> Instance:
-    """Load any supported instance file (memopt-graph, memopt-program, node-link JSON)."""
+    """Load any supported instance file: memopt-graph, memopt-program or node-link JSON.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file (``docs/formats.md``; node-link files in the Checkmate or random-layered
+        schema, :mod:`memopt.io.checkmate`).
+
+    Returns
+    -------
+    Instance
+        ``graph`` (a :class:`~memopt.core.TensorGraph`) or ``program``, the file's op
+        ``labels`` and its ``input_order`` (the ``input`` baseline).
+
+    Raises
+    ------
+    FormatError
+        Missing, malformed or truncated file, unknown schema or version, a number beyond exact
+        int64 arithmetic; the message names the file and the item.
+    GraphError
+        A well-formed file describing an invalid graph (cycle, unknown name, negative size).
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from memopt.core import Op, Tensor, TensorGraph
+    >>> from memopt.io import save_graph
+    >>> g = TensorGraph.build([Tensor("x", 4), Tensor("y", 2, output=True)], [Op("f", ("x",), ("y",))])
+    >>> path = os.path.join(tempfile.mkdtemp(), "g.json")
+    >>> save_graph(g, path)
+    >>> inst = load_instance(path)
+    >>> inst.graph.op_names, inst.input_order.tolist()
+    (('f',), [0])
+    """
     return instance_from_doc(read_json(path), where=str(path))
 
 
 def load_graph(path: str | os.PathLike) -> TensorGraph:
-    """Load a tensor graph (memopt-graph or node-link JSON)."""
+    """Load a tensor graph from a memopt-graph or node-link JSON file.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file (see :func:`load_instance`).
+
+    Returns
+    -------
+    TensorGraph
+
+    Raises
+    ------
+    FormatError
+        As :func:`load_instance`, and when the file holds a statement program.
+    GraphError
+        A well-formed file describing an invalid graph.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from memopt.core import Op, Tensor, TensorGraph
+    >>> from memopt.io import save_graph
+    >>> path = os.path.join(tempfile.mkdtemp(), "g.json")
+    >>> save_graph(TensorGraph.build([Tensor("y", 2, output=True)], [Op("f", (), ("y",))]), path)
+    >>> load_graph(path).num_ops
+    1
+    """
     inst = load_instance(path)
     if inst.graph is None:
         raise FormatError(f"{path}: holds a statement program, not a tensor graph")

@@ -12,11 +12,10 @@ The exhaustive solvers in :mod:`memopt.remat.brute_force` serve the tests and ar
 part of any public solver list.
 
 :func:`remat` (:mod:`memopt.remat.api`) answers the three questions through the method
-registry (:mod:`memopt.remat.registry`); the package itself is callable
-(``memopt.remat(graph, memory_limit=...)``), like ``memopt.schedule``.
+registry (:mod:`memopt.remat.registry`); :func:`memopt.remat` is the plain function of the
+top-level package that calls it. This package is reached with ``from memopt.remat import
+check_plan`` (``memopt.remat`` is the function).
 """
-
-import sys as _sys
 
 __all__ = ["RematPlan", "PlanEvaluation", "evaluate_plan", "plan_from_order", "check_plan", "exact_costs",
            "resolve_caps", "resolve_aliases", "RUN", "FREE", "remat", "RematResult", "ParetoResult", "plan_from_runs"]
@@ -46,16 +45,3 @@ def __getattr__(name):
             if exc.name != f"memopt.remat.{name}":
                 raise
     raise AttributeError(f"module 'memopt.remat' has no attribute {name!r}")
-
-
-class _CallableModule(type(_sys)):
-    """Lets ``memopt.remat(graph, ...)`` call :func:`memopt.remat.api.remat` while the
-    submodules stay reachable as attributes of the package."""
-
-    def __call__(self, *args, **kwargs):
-        from memopt.remat.api import remat
-
-        return remat(*args, **kwargs)
-
-
-_sys.modules[__name__].__class__ = _CallableModule

@@ -67,7 +67,7 @@ from memopt.errors import InternalError, OptionError, ScheduleError
 from memopt.remat.model_common import RematProblem, better, footprint_bound, plan_from_runs as plan_from_runs_of, reduced_caps, within_caps
 from memopt.remat.result import RematResult
 
-__all__ = ["remat", "ParetoResult"]
+__all__ = ["remat", "ParetoResult", "resolve_method", "checked_method_result"]
 
 #: CP-SAT is tried by ``auto`` up to this many run slots after the caps are cut to what the
 #: incumbent's cost (or the budget) allows (copies x slots grows as its square)
@@ -101,10 +101,23 @@ POLISH_SLICE = 10.0
 
 @dataclass(frozen=True)
 class ParetoResult:
-    """The frontier: ``points`` (``min_peak`` results, peak decreasing, cost increasing),
-    ``complete`` (the last point's peak minus one was proved infeasible, or equals the lower
-    bound), ``status`` (``optimal`` when complete and every point is optimal, else
-    ``feasible``), ``seconds``."""
+    """The frontier that ``memopt.remat(graph, pareto=True)`` returns.
+
+    Attributes
+    ----------
+    points : list of RematResult
+        ``min_peak`` results, peak decreasing, cost increasing.
+    complete : bool
+        The last point's peak minus one was proved infeasible, or equals the lower bound.
+    status : {"optimal", "feasible"}
+        ``optimal`` when complete and every point is optimal.
+    seconds, cap, method, stats
+
+    Examples
+    --------
+    >>> ParetoResult(points=[], complete=False, status="feasible", seconds=0.0).to_dict()["points"]
+    []
+    """
 
     points: list
     complete: bool
@@ -120,10 +133,66 @@ class ParetoResult:
                 "method": self.method, "stats": self.stats}
 
 
+def resolve_method(method):
+    """``(name, None)`` for ``auto`` or a registered name; ``(name, method)`` for a callable with
+    the registry signature (named after it, apart from the registered names);
+    :class:`OptionError` otherwise."""
+    from memopt.remat.registry import get_method, method_names
+
+    if isinstance(method, str):
+        if method != "auto":
+            get_method(method)
+        return method, None
+    if not callable(method):
+        raise OptionError(f"method must be 'auto', a registered name or a callable, got {type(method).__name__}")
+    name = getattr(method, "__name__", None) or type(method).__name__
+    if name in method_names() or name == "auto":
+        name += " (callable)"
+    return name, method
+
+
+def checked_method_result(name: str, res, problem: RematProblem, common: dict) -> RematResult:
+    """What a user's callable method returned, checked before anything of it is used: a
+    :class:`RematResult` (else :class:`OptionError`) whose plan passes the independent checker
+    with the peak and extra cost it claims, within the question's limit or budget (else
+    :class:`ScheduleError`). Its claims of optimality or infeasibility and its bounds are
+    dropped: ``feasible`` with a plan, ``unknown`` without one."""
+    from memopt.errors import MemoptError
+    from memopt.remat.checker import check_plan
+    from memopt.remat.plan import RematPlan
+
+    if not isinstance(res, RematResult):
+        raise OptionError(f"method {name!r} returned {type(res).__name__}, not a RematResult "
+                          "(memopt.remat.result.RematResult)")
+    stats = dict(res.stats) if isinstance(res.stats, dict) else {}
+    if res.plan is None:
+        return RematResult(plan=None, peak=None, extra_cost=None, status="unknown", stats=stats, **common)
+    if not isinstance(res.plan, RematPlan):
+        raise OptionError(f"method {name!r} returned a plan of type {type(res.plan).__name__}, not a RematPlan")
+    try:
+        pk, c = check_plan(problem.graph, res.plan, cap=list(problem.caps), claimed_peak=res.peak,
+                           claimed_extra_cost=res.extra_cost)
+    except (MemoptError, TypeError, ValueError) as exc:  # a claim that is no number is a bad plan too
+        raise ScheduleError(f"method {name!r} returned an invalid plan: {exc}") from None
+    if common["question"] == "min_cost" and pk > common["memory_limit"]:
+        raise ScheduleError(f"method {name!r} returned a plan of peak {pk}, above the memory limit "
+                            f"{common['memory_limit']}")
+    if common["question"] == "min_peak" and Fraction(c) > Fraction(common["cost_budget"]):
+        raise ScheduleError(f"method {name!r} returned a plan of extra cost {c}, above the budget "
+                            f"{common['cost_budget']}")
+    # extra cost 0 is the least there is (costs are >= 0): the only optimality known without a bound
+    optimal = common["question"] == "min_cost" and Fraction(c) == 0
+    return RematResult(plan=res.plan, peak=pk, extra_cost=c, status="optimal" if optimal else "feasible",
+                       cost_lower_bound=0 if common["question"] == "min_cost" else None, stats=stats, **common)
+
+
 def _graph_of(model):
     from memopt.core.instance import Instance
+    from memopt.core.nxgraph import from_networkx, is_networkx_graph
     from memopt.core.tensor_graph import TensorGraph
 
+    if is_networkx_graph(model):
+        model = from_networkx(model)
     if isinstance(model, Instance):
         model = model.graph
     if not isinstance(model, TensorGraph):
@@ -133,15 +202,30 @@ def _graph_of(model):
 
 
 def plan_from_runs(graph, runs):
-    """The :class:`~memopt.remat.RematPlan` that runs ``runs`` (op names or ids, repetitions
-    allowed) in that order and frees every tensor as early as possible: each production serves
-    the reads up to the next production of the same tensor and is freed right after the last of
-    them; the last production of a graph output stays live; graph inputs nobody reads are freed
-    at the start. This is how a recomputation schedule from another tool (an order of runs,
-    e.g. Checkmate's or Moccasin's) enters memopt's model; measure it with
-    :func:`~memopt.remat.check_plan`. Raises :class:`~memopt.errors.ScheduleError` on an
-    unknown op or a run that reads a tensor not produced before it.
+    """The :class:`~memopt.remat.RematPlan` that runs ``runs`` in that order and frees every
+    tensor as early as possible: each production serves the reads up to the next production
+    of the same tensor and is freed right after the last of them; the last production of a
+    graph output stays live; graph inputs nobody reads are freed at the start. This is how a
+    recomputation schedule from another tool (Checkmate's or Moccasin's order of runs) enters
+    memopt's model; measure it with :func:`~memopt.remat.check_plan`.
 
+    Parameters
+    ----------
+    graph : TensorGraph, Instance or networkx.DiGraph
+    runs : sequence of int or str
+        Op names or ids, repetitions allowed.
+
+    Returns
+    -------
+    RematPlan
+
+    Raises
+    ------
+    ScheduleError
+        An unknown op, or a run that reads a tensor not produced before it.
+
+    Examples
+    --------
     >>> from memopt.core import Op, Tensor, TensorGraph
     >>> g = TensorGraph.build([Tensor("a", 4), Tensor("b", 2, output=True)],
     ...                       [Op("A", (), ("a",), cost=3), Op("B", ("a",), ("b",), cost=5)])
@@ -174,12 +258,13 @@ def _ratio(value) -> Decimal:
 class _Call:
     """One ``remat`` call: the problem, its deadline, the scheduling baseline, the bound."""
 
-    def __init__(self, graph, cap, time_limit, seed, method, jobs=1):
+    def __init__(self, graph, cap, time_limit, seed, method, jobs=1, func=None):
         self.t0 = time.perf_counter()
         self.p = RematProblem.of(graph, cap)
         self.deadline = self.t0 + time_limit
         self.seed = seed
         self.method = method
+        self.func = func  # a user's callable method, run under the name ``method``
         self.jobs = jobs
         self._base = None
         self._lower = None
@@ -239,7 +324,7 @@ class _Call:
                                **common)
         if self.method != "auto":
             inc = None
-            if get_method(self.method).kind == "exact":
+            if self.func is None and get_method(self.method).kind == "exact":
                 # warm start: the no-recomputation optimum, or the heuristic's plan when that
                 # does not fit the limit (a few tenths of the time)
                 plan, pk, _ = self.base()
@@ -250,10 +335,11 @@ class _Call:
                                                        time_limit=0.2 * max(0.0, budget_end - time.perf_counter()),
                                                        incumbent=plan, seed=self.seed)
                     inc = h.plan if h.status in ("optimal", "feasible") else None
-            res = get_method(self.method).load()(p, question=question, memory_limit=memory_limit,
-                                                 cost_budget=cost_budget, cap=list(p.caps),
-                                                 time_limit=max(0.0, budget_end - time.perf_counter()),
-                                                 incumbent=inc, seed=self.seed)
+            fn = get_method(self.method).load() if self.func is None else self.func
+            res = fn(p, question=question, memory_limit=memory_limit, cost_budget=cost_budget, cap=list(p.caps),
+                     time_limit=max(0.0, budget_end - time.perf_counter()), incumbent=inc, seed=self.seed)
+            if self.func is not None:
+                res = checked_method_result(self.method, res, p, common)
             return self._close(res, lower, t_start)
         # auto: the no-recomputation optimum, the heuristic, then CP-SAT while it can prove something
         plan, pk, _ = self.base()
@@ -507,12 +593,9 @@ def _merge(question: str, a: RematResult | None, b: RematResult) -> RematResult:
 
 
 def remat(graph, *, memory_limit=None, memory_ratio=None, cost_budget=None, pareto: bool = False, cap=1,
-          method: str = "auto", time_limit: float = 10.0, seed: int = 0, jobs: int | None = None):
-    """Capped selective recomputation of ``graph`` (a :class:`~memopt.core.TensorGraph` or a
-    loaded instance); see the module docstring. Returns a :class:`RematResult`
-    (:class:`ParetoResult` with ``pareto=True``). ``jobs``: processes ``auto`` may run at once
-    (default: 2 where this process may use two cores, else 1; see the module docstring)."""
-    from memopt.remat.registry import get_method
+          method="auto", time_limit: float = 10.0, seed: int = 0, jobs: int | None = None):
+    """The implementation of :func:`memopt.remat` (same parameters, documented there; the
+    strategy of ``auto`` in the module docstring)."""
     from memopt.schedule.api import check_time_limit
 
     time_limit = check_time_limit(time_limit)
@@ -521,9 +604,8 @@ def remat(graph, *, memory_limit=None, memory_ratio=None, cost_budget=None, pare
     if len(given) != 1:
         raise OptionError("give exactly one of memory_limit, memory_ratio, cost_budget, pareto=True"
                           + (f" (got {', '.join(given)})" if given else ""))
-    if method != "auto":
-        get_method(method)
-    call = _Call(_graph_of(graph), cap, time_limit, seed, method, _jobs(jobs))
+    method, func = resolve_method(method)
+    call = _Call(_graph_of(graph), cap, time_limit, seed, method, _jobs(jobs), func=func)
     if pareto:
         return _pareto(call)
     stats = {}

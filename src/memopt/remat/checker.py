@@ -55,11 +55,50 @@ def check_plan(graph: TensorGraph, plan, cap=None, *, aliases: Mapping | None = 
                claimed_peak: int | None = None, claimed_extra_cost=None) -> tuple[int, object]:
     """Verify every rule of the model for ``plan`` and return ``(peak, extra_cost)``.
 
-    ``cap``: ``None`` (no cap), an integer ``k`` for every op, or a list of one ``k`` per op.
-    ``aliases``: ``{alias: base}`` (names or ids); freeing a base while an alias is live is
-    an error. Checked rules, in the order they can fail: known ops and tensors; at each run,
-    the cap, every input live, no output live; at each free, the tensor live, not resident,
-    no live alias; at the end, every op run at least once and every graph output live.
+    The independent checker: it shares no code with the evaluator. Checked rules, in the
+    order they can fail: known ops and tensors; at each run, the cap, every input live, no
+    output live; at each free, the tensor live, not resident, no live alias; at the end, every
+    op run at least once and every graph output live.
+
+    Parameters
+    ----------
+    graph : TensorGraph
+    plan : RematPlan or list of dict
+        A plan, or its JSON steps ``{"run": op}`` / ``{"free": tensor}``.
+    cap : None, int or list of int, optional
+        ``None`` (no cap), an integer ``k`` for every op (``1 + k`` runs), or one ``k`` per op.
+    aliases : dict, optional
+        ``{alias: base}`` (names or ids); freeing a base while an alias is live is an error.
+    claimed_peak, claimed_extra_cost : optional
+        Claims to check against the measured values.
+
+    Returns
+    -------
+    tuple
+        ``(peak, extra_cost)``: bytes (int) and the exact extra cost (int or Fraction).
+
+    Raises
+    ------
+    ScheduleError
+        The plan breaks a rule; the message names the step and the op or tensor.
+    CertificateError
+        A claim differs from what the plan measures.
+    OptionError
+        A malformed ``cap``.
+    GraphError
+        An alias names an unknown tensor.
+
+    Examples
+    --------
+    >>> from memopt.core import Op, Tensor, TensorGraph
+    >>> g = TensorGraph.build([Tensor("a", 4), Tensor("b", 2, output=True)],
+    ...                       [Op("A", (), ("a",), cost=3), Op("B", ("a",), ("b",), cost=5)])
+    >>> check_plan(g, [{"run": "A"}, {"run": "B"}, {"free": "a"}], cap=0)
+    (6, 0)
+    >>> check_plan(g, [{"run": "B"}], cap=0)
+    Traceback (most recent call last):
+    ...
+    memopt.errors.ScheduleError: step 0: input 'a' of op 'B' is not live
     """
     n, T = graph.num_ops, graph.num_tensors
     if cap is None:

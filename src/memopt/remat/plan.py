@@ -235,9 +235,33 @@ def evaluate_plan(graph: TensorGraph, plan: RematPlan | Sequence, cap=None, *, a
     """Validate ``plan`` against every rule of the model and return its peak, exact extra
     cost and memory profile, in O(steps + sum of the degrees of the ops run).
 
-    ``cap``: see :func:`resolve_caps` (``None``: any number of runs). ``aliases``: see
-    :func:`resolve_aliases`. Raises :class:`ScheduleError` naming the first step that breaks
-    a rule, or the op or tensor that is wrong at the end.
+    Parameters
+    ----------
+    graph : TensorGraph
+    plan : RematPlan or list of dict
+        A plan or its JSON steps.
+    cap : None, int, list or dict, optional
+        As :func:`resolve_caps` (``None``: any number of runs).
+    aliases : dict, optional
+        As :func:`resolve_aliases`.
+
+    Returns
+    -------
+    PlanEvaluation
+        ``(peak, extra_cost, profile)``.
+
+    Raises
+    ------
+    ScheduleError
+        Naming the first step that breaks a rule, or the op or tensor wrong at the end.
+
+    Examples
+    --------
+    >>> from memopt.core import Op, Tensor, TensorGraph
+    >>> g = TensorGraph.build([Tensor("a", 4), Tensor("b", 2, output=True)], [Op("A", (), ("a",)), Op("B", ("a",), ("b",))])
+    >>> e = evaluate_plan(g, plan_from_order(g, ["A", "B"]), cap=0)
+    >>> e.peak, e.extra_cost, e.profile.tolist()
+    (6, 0, [0, 4, 6, 2])
     """
     if not isinstance(plan, RematPlan):
         plan = RematPlan.from_steps(graph, plan)
@@ -251,8 +275,31 @@ def plan_from_order(graph: TensorGraph, order: Sequence, *, aliases=None) -> Rem
     consumer (a produced tensor nobody reads right after its producer), never a graph output
     or a resident tensor. Within one step, aliases are freed before other tensors.
 
-    Its peak equals :func:`memopt.core.peak` ``(graph, order)`` exactly. Raises
-    :class:`ScheduleError` if ``order`` is not a topological order of all ops.
+    Its peak equals :func:`memopt.core.peak` ``(graph, order)`` exactly.
+
+    Parameters
+    ----------
+    graph : TensorGraph
+    order : sequence of int or str
+        A topological order of all ops (else :class:`ScheduleError`).
+    aliases : dict, optional
+        ``{alias: base}``, as :func:`resolve_aliases`.
+
+    Returns
+    -------
+    RematPlan
+        Of peak ``memopt.core.peak(graph, order)``.
+
+    Raises
+    ------
+    ScheduleError
+
+    Examples
+    --------
+    >>> from memopt.core import Op, Tensor, TensorGraph
+    >>> g = TensorGraph.build([Tensor("a", 4), Tensor("b", 2, output=True)], [Op("A", (), ("a",)), Op("B", ("a",), ("b",))])
+    >>> plan_from_order(g, ["A", "B"]).to_doc(g)
+    [{'run': 'A'}, {'run': 'B'}, {'free': 'a'}]
     """
     pos = validate_order(graph, order)
     n, T = graph.num_ops, graph.num_tensors

@@ -1,6 +1,6 @@
 """The registry of recomputation methods: one signature for all of them.
 
-Modelled on :mod:`memopt.schedule.registry`. Every method is a function
+Modelled on :mod:`memopt.schedule.registry`. Every method is a function::
 
     method(problem, *, question, memory_limit=None, cost_budget=None, cap, time_limit,
            incumbent=None, seed=0) -> RematResult
@@ -19,7 +19,9 @@ Modelled on :mod:`memopt.schedule.registry`. Every method is a function
 A method outside its class raises :class:`NotApplicable` (from the scheduling registry, so
 one exception means "does not apply" everywhere). Targets are ``"module:function"`` strings
 imported when the method runs, so reading the registry imports no solver. Adding a method
-is one module plus one :func:`register` line below. ``auto`` is not a method here: it is the
+is one module plus one :func:`register` line below; a function with this signature can also
+be passed directly as ``memopt.remat(graph, ..., method=function)`` (its plan is checked,
+its claims of optimality or infeasibility are not used). ``auto`` is not a method here: it is the
 portfolio of :func:`memopt.remat.api.remat` (heuristic, then the exact models while they can
 prove something).
 """

@@ -68,6 +68,25 @@ def exact_number(x):
 
 @dataclass(frozen=True)
 class RematResult:
+    """What :func:`memopt.remat` and every recomputation method return (fields: module docstring).
+
+    Attributes
+    ----------
+    plan : RematPlan or None
+    peak : int or None
+    extra_cost : int, Fraction or None
+    status : {"optimal", "feasible", "infeasible", "unknown"}
+    question : {"min_cost", "min_peak"}
+    lower_bound, cost_lower_bound, memory_limit, cost_budget, cap, method, seconds, stats
+
+    Examples
+    --------
+    >>> r = RematResult(plan=None, peak=None, extra_cost=None, status="infeasible", question="min_cost",
+    ...                 lower_bound=10, memory_limit=8)
+    >>> r.to_dict()["status"], r.gap
+    ('infeasible', None)
+    """
+
     plan: object
     peak: int | None
     extra_cost: object

@@ -5,13 +5,12 @@ signature for all): baselines (``baselines``: the input order; ``inductor``: PyT
 Inductor's heuristics), algorithms optimal on a class (``trees``: Liu; ``series_parallel``:
 Kayaaslan et al.), heuristics (``greedy``, ``local_search``), exact solvers
 (``ideal_search``, ``cpsat``, ``scip``), and the portfolios ``auto``/``exact``
-(``portfolio``). :func:`schedule` is the one entry point; the package itself is callable
-(``memopt.schedule(graph, ...)``).
+(``portfolio``). :func:`memopt.schedule` (a plain function of the top-level package, with
+:func:`schedule` here as its implementation) is the one entry point; this package is reached
+with ``from memopt.schedule.registry import ...`` (``memopt.schedule`` is the function).
 
 Submodules are imported on first use, so that reading the registry imports no solver.
 """
-
-import sys as _sys
 
 __all__ = ["schedule", "schedule_instance", "compute_bounds", "ScheduleResult", "METHODS"]
 
@@ -41,16 +40,3 @@ def __getattr__(name):
         module, attr = _LAZY[name]
         return getattr(import_module(module), attr)
     raise AttributeError(f"module 'memopt.schedule' has no attribute {name!r}")
-
-
-class _CallableModule(type(_sys)):
-    """Lets ``memopt.schedule(graph, ...)`` call :func:`schedule` while ``memopt.schedule.greedy``
-    and the other submodules stay reachable as attributes of the package."""
-
-    def __call__(self, *args, **kwargs):
-        from memopt.schedule.api import schedule
-
-        return schedule(*args, **kwargs)
-
-
-_sys.modules[__name__].__class__ = _CallableModule

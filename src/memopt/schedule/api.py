@@ -24,7 +24,8 @@ from memopt.errors import InternalError, OptionError, ScheduleError
 from memopt.schedule.registry import get_method, method_names
 from memopt.schedule.result import ScheduleResult
 
-__all__ = ["schedule", "schedule_instance", "compute_bounds", "check_time_limit", "ScheduleResult", "MAX_TIME_LIMIT"]
+__all__ = ["schedule", "schedule_instance", "compute_bounds", "check_time_limit", "resolve_method", "ScheduleResult",
+           "MAX_TIME_LIMIT"]
 
 #: the longest time limit accepted (about 11.6 days): anything longer is a typo or ``inf``
 MAX_TIME_LIMIT = 1e6
@@ -49,7 +50,42 @@ def check_time_limit(time_limit) -> float:
 
 
 def compute_bounds(model, *, time_limit: float = 10.0, target: int | None = None, pair: bool = True) -> dict:
-    """Every lower bound memopt has, by name (bytes). The pair trap runs only if it can help."""
+    """Every lower bound memopt has on the peak of every order, by name (bytes).
+
+    The simple bounds, the forward and reverse trap bounds (minimum cuts) and, when it can
+    help, the pair trap bound; each is sound (never above the optimal peak).
+
+    Parameters
+    ----------
+    model : TensorGraph, Program, SignedDAG, Instance or networkx.DiGraph
+        The model (a ``networkx.DiGraph`` is read by :func:`memopt.from_networkx`).
+    time_limit : float, default 10.0
+        Seconds for all bounds together, in ``[0, 1e6]``.
+    target : int, optional
+        A peak to reach: the pair trap bound is skipped when a cheaper bound already
+        reaches it, and stops once it does.
+    pair : bool, default True
+        Whether to compute the pair trap bound (``O(n^2)`` minimum cuts at most).
+
+    Returns
+    -------
+    dict
+        Bound name -> bytes (Python ints).
+
+    Raises
+    ------
+    OptionError
+        A time limit out of range.
+    GraphError
+        A malformed model.
+
+    Examples
+    --------
+    >>> from memopt.core import Op, Tensor, TensorGraph
+    >>> g = TensorGraph.build([Tensor("x", 4), Tensor("y", 2, output=True)], [Op("f", ("x",), ("y",))])
+    >>> max(compute_bounds(g, time_limit=1).values())
+    6
+    """
     from memopt.bounds import trap
 
     time_limit = check_time_limit(time_limit)
@@ -68,25 +104,24 @@ def compute_bounds(model, *, time_limit: float = 10.0, target: int | None = None
 
 
 def _unwrap(model):
+    """The model of a loaded instance or of a ``networkx.DiGraph``; any other model as it is."""
     from memopt.core.instance import Instance
+    from memopt.core.nxgraph import from_networkx, is_networkx_graph
 
+    if is_networkx_graph(model):
+        return from_networkx(model)
     if isinstance(model, Instance):
         return model.graph if model.graph is not None else model.program
     return model
 
 
-def schedule(model, method: str = "auto", time_limit: float = 10.0, *, input_order=None, seed: int = 0,
+def schedule(model, method="auto", time_limit: float = 10.0, *, input_order=None, seed: int = 0,
              progress: bool = False) -> ScheduleResult:
-    """Schedule a :class:`TensorGraph`, :class:`Program` or :class:`SignedDAG` (or a loaded
-    :class:`~memopt.io.Instance`) for the lowest peak memory.
+    """The implementation of :func:`memopt.schedule` (same parameters, documented there).
 
-    ``method`` is a registered method name (:func:`memopt.schedule.registry.method_names`):
-    ``auto`` (default: the portfolio), ``exact`` (the portfolio aimed at proof), a baseline
-    (``input``, ``lpmf``, ``bfs``, ``dfs``, ``inductor``), ``greedy``, ``local-search``,
-    ``liu``, ``series-parallel``, or an exact solver (``ideal-search``, ``cpsat``, ``scip``).
     A named method returns its own order; the simple and forward trap bounds are computed
-    alongside so that its status is known. ``time_limit`` (seconds) covers the whole call.
-    Returns a :class:`ScheduleResult` verified by the independent checker.
+    alongside so that its status is known. A callable ``method`` runs like a heuristic: its
+    order is validated and re-evaluated, its claims are not used.
 
     >>> from memopt.core import Op, Tensor, TensorGraph
     >>> g = TensorGraph.build([Tensor("x", 4), Tensor("y", 2, output=True)], [Op("f", ("x",), ("y",))])
@@ -98,36 +133,50 @@ def schedule(model, method: str = "auto", time_limit: float = 10.0, *, input_ord
     from memopt.schedule.portfolio import Session
 
     t0 = time.perf_counter()
-    spec = get_method(method)
+    method, spec, func = resolve_method(method)
+    kind = "heuristic" if spec is None else spec.kind
     time_limit = check_time_limit(time_limit)
-    if isinstance(model, Instance):
-        if input_order is None:
-            input_order = model.input_order
-        model = _unwrap(model)
+    if isinstance(model, Instance) and input_order is None:
+        input_order = model.input_order
+    model = _unwrap(model)
     problem = SchedulingProblem(model, input_order)
     from memopt import _jit
 
     with Progress(None, f"memopt {method}", enabled=progress) as bar, _jit.compile_notes(bar.enabled):
         s = Session(problem, time_limit, seed=seed, progress=bar, start=t0)
-        if spec.kind == "portfolio":
+        if kind == "portfolio":
             res = spec.load()(problem, time_limit=time_limit, seed=seed, session=s)
             winner = res.stats.get("winner")
         else:
             # the input order (and, for a baseline, itself) is the reference; every method
             # reports a lower bound, and anytime/exact methods stop when they reach it
-            s.run_baselines(only=method if spec.kind == "baseline" else "input")
-            if spec.kind in ("anytime", "exact"):
+            s.run_baselines(only=method if kind == "baseline" else "input")
+            if kind in ("anytime", "exact"):
                 s.add_trap_bounds(s.remaining() * 0.3)
             if method not in s.candidates:
-                if s.run(method) is None:
+                if s.run(method, func=func) is None:
                     raise ScheduleError(f"method {method!r} does not apply: "
                                         f"{s.stats.get('not_applicable', {}).get(method, 'outside its class')}")
             if method not in s.candidates:
                 raise ScheduleError(f"method {method!r} found no order within the time limit ({time_limit:g} s)")
-            if spec.kind not in ("anytime", "exact"):
+            if kind not in ("anytime", "exact"):
                 s.add_trap_bounds(s.remaining())
             winner = method  # a named method returns its own order, even where a baseline is better
     return _finish(s, winner, t0)
+
+
+def resolve_method(method):
+    """``(name, registry entry, None)`` for a registered name; ``(name, None, method)`` for a
+    callable with the registry signature (named after it, apart from every registered name
+    and the session's own candidates); :class:`OptionError` otherwise."""
+    if isinstance(method, str):
+        return method, get_method(method), None
+    if not callable(method):
+        raise OptionError(f"method must be a registered name or a callable, got {type(method).__name__}")
+    name = getattr(method, "__name__", None) or type(method).__name__
+    if name in method_names() or name in ("incumbent", "auto"):
+        name += " (callable)"
+    return name, None, method
 
 
 def _finish(s, winner: str, t0: float) -> ScheduleResult:
@@ -178,6 +227,12 @@ def _verify(problem: SchedulingProblem, order, pk: int, bound) -> tuple[dict | N
 
 def schedule_instance(inst, *, method: str = "auto", time_limit: float = 10.0, seed: int = 0,
                       progress: bool = False) -> ScheduleResult:
-    """:func:`schedule` on a loaded :class:`~memopt.io.Instance` (its input order is the baseline)."""
+    """:func:`memopt.schedule` on a loaded :class:`~memopt.io.Instance` (its input order is the
+    baseline); the parameters and errors are those of :func:`memopt.schedule`.
+
+    Returns
+    -------
+    ScheduleResult
+    """
     return schedule(inst, method=method, time_limit=time_limit, input_order=inst.input_order, seed=seed,
                     progress=progress)

@@ -34,11 +34,11 @@ import time
 
 import numpy as np
 
-from memopt.errors import ScheduleError
+from memopt.errors import OptionError, ScheduleError
 from memopt.schedule.registry import NotApplicable, get_method, methods
 from memopt.schedule.result import MethodResult
 
-__all__ = ["Session", "auto", "exact", "SMALL_EXACT"]
+__all__ = ["Session", "auto", "exact", "checked_method_result", "SMALL_EXACT"]
 
 #: allocating nodes up to which ``auto`` runs the exact search right after the first bounds
 SMALL_EXACT = 200
@@ -111,22 +111,27 @@ class Session:
         return pk
 
     def run(self, name: str, time_limit: float | None = None, *, baseline: bool = False,
-            seed: int | None = None, **options) -> MethodResult | None:
+            seed: int | None = None, func=None, **options) -> MethodResult | None:
         """Run registered method ``name`` with the best order as incumbent and the best bound as
         target; record its order (and, for exact methods, what it proved). ``None`` when the
         method does not apply to the problem. ``options`` go to the method (its own keywords
-        beyond the registry signature)."""
-        method = get_method(name)
+        beyond the registry signature). ``func``: a user's callable with the registry
+        signature, run under ``name``; its order is checked (:func:`checked_method_result`)
+        and the bound it claims is not used."""
+        method = get_method(name) if func is None else None
         budget = self.remaining() if time_limit is None else max(0.0, min(float(time_limit), self.remaining()))
         _, incumbent, _ = self.best()
         self.status(f"{name}" + (f" (gap {self.gap()})" if self.gap() else ""))
         t = time.perf_counter()
         try:
-            res = method.load()(self.problem, time_limit=budget, incumbent=incumbent, lower_bound=self.lower(),
-                                seed=self.seed if seed is None else seed, **options)
+            res = (method.load() if func is None else func)(
+                self.problem, time_limit=budget, incumbent=incumbent, lower_bound=self.lower(),
+                seed=self.seed if seed is None else seed, **options)
         except NotApplicable as exc:
             self.stats.setdefault("not_applicable", {})[name] = str(exc)
             return None
+        if func is not None:
+            res = checked_method_result(name, res, self.problem)
         entry = {"seconds": round(time.perf_counter() - t, 6)}
         entry.update({k: v for k, v in res.stats.items() if isinstance(v, (int, float, bool, str))})
         self.stats.setdefault("methods", {})[name] = entry
@@ -134,7 +139,7 @@ class Session:
             pk = self.consider(name, res.order)
             if baseline:
                 self.baselines[name] = pk
-        if method.kind == "exact" and res.lower_bound is not None:
+        if method is not None and method.kind == "exact" and res.lower_bound is not None:
             _, _, best_pk = self.best()
             proven = int(res.lower_bound) if best_pk is None else min(int(res.lower_bound), best_pk)
             if proven > self.lower():
@@ -191,6 +196,28 @@ class Session:
         lo = min(self.lower(), pk)
         return MethodResult(order=order, peak=pk, lower_bound=lo, optimal=pk <= self.lower(),
                             stats={"winner": name})
+
+
+def checked_method_result(name: str, res, problem) -> MethodResult:
+    """What a user's callable method returned, as a :class:`MethodResult` whose order (if any)
+    is a valid order of ``problem``: :class:`OptionError` for another type,
+    :class:`ScheduleError` for an invalid order. Its claims (peak, bound, optimality) are
+    dropped: the session measures the peak itself and proves its own bounds."""
+    if not isinstance(res, MethodResult):
+        raise OptionError(f"method {name!r} returned {type(res).__name__}, not a MethodResult "
+                          "(memopt.schedule.result.MethodResult)")
+    stats = dict(res.stats) if isinstance(res.stats, dict) else {}
+    if res.order is None:
+        return MethodResult(order=None, peak=None, stats=stats)
+    order = np.asarray(res.order)
+    if order.ndim != 1 or (order.size and order.dtype.kind not in "iu"):
+        raise ScheduleError(f"method {name!r} returned an invalid order: not a flat list of integer ids "
+                            f"(got {order.dtype} of shape {order.shape})")
+    try:
+        problem.validate(order)
+    except ScheduleError as exc:
+        raise ScheduleError(f"method {name!r} returned an invalid order: {exc}") from None
+    return MethodResult(order=order.astype(np.int64), peak=None, stats=stats)
 
 
 def _start(problem, time_limit, seed, session) -> Session:

@@ -1,6 +1,6 @@
 """The registry of scheduling methods: one signature for all of them.
 
-Like networkx's ``flow_func`` for maximum flow, every scheduling method is a function
+Like networkx's ``flow_func`` for maximum flow, every scheduling method is a function::
 
     method(problem, *, time_limit, incumbent=None, lower_bound=None, seed=0) -> MethodResult
 
@@ -20,7 +20,10 @@ with the recomputation methods in :mod:`memopt.registry`.
 
 The registry maps names to ``"module:function"`` targets that are imported only when the
 method runs, so reading the registry (``memopt --help``) imports no solver and no kernel.
-Adding a method is one module with such a function plus one :func:`register` line below.
+Adding a method is one module with such a function plus one :func:`register` line below;
+a function with this signature can also be passed directly, unregistered, as
+``memopt.schedule(model, method=function)`` (its order is checked like any method's, and the
+bound it claims is not used).
 The portfolios ``auto`` and ``exact`` (:mod:`memopt.schedule.portfolio`) are registered the
 same way but decide what to run themselves from the instance.
 """

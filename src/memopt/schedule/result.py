@@ -57,15 +57,39 @@ class MethodResult:
 
 @dataclass(frozen=True)
 class ScheduleResult:
-    """A verified plan: ``order`` (op ids of a tensor graph, statement ids of a program, node
-    ids of a signed DAG), its exact ``peak``, a proven ``lower_bound`` and the ``status``
-    (``certified``: a bound with a checkable witness equals the peak; ``optimal``: an exact
-    method proved it; ``feasible``: the gap stays open).
+    """A verified plan: what :func:`memopt.schedule` returns.
 
-    ``method`` is the method whose order won, ``baselines`` the peaks of the named
-    baselines computed alongside, ``bounds`` every lower bound by name, ``certificate``
-    a self-contained certificate of the plan and its strongest witnessed bound (checked by
-    :func:`memopt.bounds.checker.verify_certificate` before the result was returned).
+    Attributes
+    ----------
+    order : numpy.ndarray
+        Op ids of a tensor graph, statement ids of a program, node ids of a signed DAG.
+    peak : int
+        Its exact peak (bytes).
+    lower_bound : int
+        A proven lower bound on the peak of every order.
+    status : {"certified", "optimal", "feasible"}
+        ``certified``: a bound with a checkable witness equals the peak; ``optimal``: an
+        exact method proved it; ``feasible``: the gap stays open.
+    method : str
+        The method whose order won.
+    seconds : float
+    baselines : dict
+        Peaks of the named baselines computed alongside.
+    bounds : dict
+        Every lower bound by name.
+    certificate : dict
+        A self-contained certificate of the plan and its strongest witnessed bound, checked by
+        :func:`memopt.bounds.checker.verify_certificate` before the result was returned.
+    verified : bool
+    stats : dict
+
+    Examples
+    --------
+    >>> import memopt
+    >>> from memopt.core import Op, Tensor, TensorGraph
+    >>> r = memopt.schedule(TensorGraph.build([Tensor("y", 2, output=True)], [Op("f", (), ("y",))]), time_limit=1)
+    >>> r.to_dict(labels=["f"])["order"], r.gap, r.verified
+    (['f'], 0, True)
     """
 
     order: np.ndarray
