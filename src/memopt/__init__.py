@@ -128,7 +128,7 @@ def remat(graph, *, memory_limit=None, memory_ratio=None, cost_budget=None, pare
           method="auto", time_limit: float = 10.0, seed: int = 0, jobs: int | None = None):
     """Capped selective recomputation: plans that re-run ops to lower the peak memory.
 
-    Answers exactly one question (DESIGN 1.5, ``docs/remat.md``); every plan returned was
+    Answers exactly one question (``docs/remat.md``); every plan returned was
     checked by the independent checker (:func:`memopt.remat.check_plan`), and
     ``infeasible`` is reported only with a proof. The strategy of ``auto`` is described in
     :mod:`memopt.remat.api`.

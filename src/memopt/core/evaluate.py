@@ -150,7 +150,7 @@ def memory_profile(graph: TensorGraph, order: Sequence, *, validate: bool = True
 
 
 def peak(graph: TensorGraph, order: Sequence, *, validate: bool = True) -> int:
-    """Peak memory (bytes) of running ``graph``'s ops in ``order`` (DESIGN 1.1).
+    """Peak memory (bytes) of running ``graph``'s ops in ``order`` (``docs/design.md``, tensor graph).
 
     The maximum, over the start and every op, of the live bytes while it runs: its inputs
     still needed, its outputs, its workspace, the resident tensors and the graph outputs

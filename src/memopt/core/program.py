@@ -55,7 +55,7 @@ def _byte_count(size, what: str) -> int:
 
 @dataclass(frozen=True)
 class Statement:
-    """One statement of a :class:`Program` and its effects on named buffers (DESIGN 1.2).
+    """One statement of a :class:`Program` and its effects on named buffers (``docs/design.md``, statement program).
 
     Parameters
     ----------
@@ -91,7 +91,7 @@ class Statement:
 
 @dataclass(frozen=True, eq=False)
 class Program:
-    """A validated statement program in its original order (DESIGN 1.2).
+    """A validated statement program in its original order (``docs/design.md``, statement program).
 
     Parameters
     ----------

@@ -32,7 +32,7 @@ from memopt.errors import GraphError, ScheduleError
 
 @dataclass(frozen=True, eq=False)
 class SignedDAG:
-    """The common core (DESIGN 1.3): nodes with signed byte deltas, order constraints as edges.
+    """The common core (``docs/design.md``, signed DAG): nodes with signed byte deltas, order constraints as edges.
 
     Build with :meth:`build`. The live memory after a down-set is ``base`` plus the sum of
     its deltas; a node also holds ``transient`` bytes while it runs.
