@@ -42,7 +42,7 @@ import json
 import math
 import os
 from dataclasses import dataclass, field
-from operator import itemgetter
+from operator import itemgetter, methodcaller
 
 import numpy as np
 
@@ -259,14 +259,13 @@ class _RouteFile:
     def n_rows(self) -> int:
         return int(self.token_idx.shape[0])
 
-    def row_ids(self, r: int) -> list:
-        return self.ids_flat[self.ids_start[r]:self.ids_start[r + 1]].tolist()
-
 
 def _route_file(path, meta, tok, lay, ids_flat, ids_start, uni, lno) -> _RouteFile:
     tok_a = np.asarray(tok, dtype=np.int64)
-    starts = np.flatnonzero(tok_a[1:] <= tok_a[:-1]) + 1 if tok_a.size else np.zeros(0, dtype=np.int64)
-    pass_start = np.concatenate([[0] if tok_a.size else [], starts, [tok_a.size]]).astype(np.int64)
+    n = tok_a.size
+    # a pass starts where token_idx does not exceed the previous row's
+    pass_start = np.concatenate([[0], np.flatnonzero(tok_a[1:] <= tok_a[:-1]) + 1, [n]]) if n else np.zeros(1)
+    pass_start = pass_start.astype(np.int64)
     return _RouteFile(path, meta, tok_a, np.asarray(lay, dtype=np.int64), np.asarray(ids_flat, dtype=np.int64),
                       np.asarray(ids_start, dtype=np.int64), np.asarray(uni, dtype=bool),
                       np.asarray(lno, dtype=np.int64), pass_start)
@@ -423,6 +422,7 @@ def _int_array(values, lo: int, hi: int) -> np.ndarray | None:
 
 
 _ROUTE_FIELDS = itemgetter("type", "token_idx", "layer", "topk_ids", "topk_weights")
+_REQ_ID = methodcaller("get", "req_id", "")
 
 
 def _check_routes_bulk(path, meta, recs, top_k, n_exp) -> _RouteFile | None:
@@ -434,7 +434,7 @@ def _check_routes_bulk(path, meta, recs, top_k, n_exp) -> _RouteFile | None:
     except KeyError:
         return None
     if typ.count("route") != len(recs) or not set(itertools.chain.from_iterable(recs)) <= _ROUTE_KEYS or \
-            not set(map(type, (r.get("req_id", "") for r in recs))) <= {str}:
+            not set(map(type, map(_REQ_ID, recs))) <= {str}:
         return None
     tok_a, lay_a = _int_array(tok, 0, 2**62), _int_array(lay, 0, 2**31)
     ids_a = _int_array(ids, 0, n_exp or 2**31)
