@@ -93,7 +93,8 @@ def bench_attention(tokens: int, layers: int, repeat: int, with_json: bool) -> N
                 back, w, c = timed(lambda: load_attention(path))
                 best_w, best_c = min(best_w, w), min(best_c, c)
             same = bool((back.attention == tr.attention).all())
-            print(f"attention {kind}: T={tokens}, {layers} layers x 3 KV heads, {os.path.getsize(path) / 2**20:.1f} MiB, "
+            size = os.path.getsize(path) / 2**20
+            print(f"attention {kind}: T={tokens}, {layers} layers x 3 KV heads, {size:.1f} MiB, "
                   f"write {w_dump:.2f} s, load min of {repeat}: wall {best_w:.3f} s, cpu {best_c:.3f} s, "
                   f"identical {same}")
 
