@@ -26,6 +26,12 @@ Format (``docs/cache.md``): a header line
     {"step": t, "token": 17, "correct": true, "attention": [[[a_0, ..., a_t] x H] x L]}
 
 Every error names the file and the 1-based line (:class:`memopt.errors.FormatError`).
+
+**Binary form** (``docs/formats.md``): the same trace as an uncompressed ``.npz`` archive
+(format ``memopt-attention-npz``, version 1) of int32 lower triangles packed row by row, read
+without unpickling; :func:`load_attention` tells the forms apart by their first bytes,
+:func:`dump_attention` by the ``.npz`` suffix, and :func:`convert_attention` turns one into the
+other. Both hold the same integers, so every policy result is identical.
 """
 
 from __future__ import annotations
@@ -40,7 +46,9 @@ from memopt.errors import FormatError, OptionError
 from memopt.io import _json as _json_hooks
 
 __all__ = ["AttentionTrace", "make_attention_trace", "load_attention", "parse_attention",
-           "dump_attention", "ATTENTION_FORMAT", "ATTENTION_VERSION", "DEFAULT_SCALE"]
+           "dump_attention", "ATTENTION_FORMAT", "ATTENTION_VERSION", "DEFAULT_SCALE",
+           "load_attention_npz", "dump_attention_npz", "convert_attention", "is_npz", "NPZ_FORMAT",
+           "NPZ_VERSION"]
 
 ATTENTION_FORMAT = "memopt-attention"
 ATTENTION_VERSION = 1
@@ -239,11 +247,15 @@ def parse_attention(lines, path: str = "<attention>") -> AttentionTrace:
 
 
 def load_attention(path) -> AttentionTrace:
-    """Read a ``memopt-attention`` file; :class:`FormatError` names the file and line."""
+    """Read a ``memopt-attention`` trace in either form, told apart by the first bytes: the
+    binary ``.npz`` form (a zip archive, :func:`load_attention_npz`) or JSON lines.
+    :class:`FormatError` names the file and the line (JSON) or the array (``.npz``)."""
     try:
         path = os.fspath(path)
     except TypeError:
         raise OptionError(f"a trace path must be a string or a path, got {type(path).__name__}") from None
+    if is_npz(path):
+        return load_attention_npz(path)
     text = _json_hooks.read_text(path)
     lines = text.split("\n")
     if lines and lines[-1] == "":
@@ -252,10 +264,13 @@ def load_attention(path) -> AttentionTrace:
 
 
 def dump_attention(trace: AttentionTrace, path) -> None:
-    """Write ``trace`` in the ``memopt-attention`` format (``load_attention`` reads it back
-    exactly)."""
+    """Write ``trace`` in the ``memopt-attention`` format: the binary form when ``path`` ends
+    with ``.npz`` (:func:`dump_attention_npz`), else JSON lines. ``load_attention`` reads
+    either back exactly."""
     if not isinstance(trace, AttentionTrace):
         raise OptionError(f"dump_attention needs an AttentionTrace, got {type(trace).__name__}")
+    if os.fspath(path).lower().endswith(".npz"):
+        return dump_attention_npz(trace, path)
     head = {"format": ATTENTION_FORMAT, "version": ATTENTION_VERSION, "name": trace.name,
             "steps": trace.steps, "layers": trace.layers, "kv_heads": trace.kv_heads,
             "group": trace.group, "scale": trace.scale, "combine": "sum"}
@@ -270,3 +285,170 @@ def dump_attention(trace: AttentionTrace, path) -> None:
             fh.write(json.dumps({"step": t, "token": int(trace.tokens[t]),
                                  "correct": bool(trace.correct[t]), "attention": rows},
                                 separators=(",", ":")) + "\n")
+
+
+# ---------------------------------------------------------------------------- binary form (.npz)
+
+#: the ``format`` array of the binary form (``docs/formats.md``)
+NPZ_FORMAT = "memopt-attention-npz"
+NPZ_VERSION = 1
+_NPZ_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
+_NPZ_REQUIRED = ("format", "version", "scale", "group", "correct", "tokens", "attention")
+_NPZ_OPTIONAL = ("name", "model", "text")
+
+
+def is_npz(path) -> bool:
+    """Whether ``path`` starts like a zip archive (the ``.npz`` form), by its magic bytes."""
+    try:
+        with open(os.fspath(path), "rb") as fh:
+            return fh.read(4) in _NPZ_MAGIC
+    except OSError:
+        return False
+
+
+def _row_offsets(T: int) -> np.ndarray:
+    """Row ``t`` of a packed triangle is ``packed[off[t]:off[t + 1]]`` (positions ``0..t``)."""
+    return np.concatenate([[0], np.cumsum(np.arange(1, T + 1, dtype=np.int64))])
+
+
+def _pack(attention: np.ndarray) -> np.ndarray:
+    L, H, T = attention.shape[:3]
+    off = _row_offsets(T)
+    out = np.empty((L, H, int(off[-1])), dtype=np.int32)
+    for t in range(T):
+        out[:, :, off[t]:off[t + 1]] = attention[:, :, t, :t + 1]
+    return out
+
+
+def _unpack(packed: np.ndarray, T: int) -> np.ndarray:
+    L, H = packed.shape[:2]
+    off = _row_offsets(T)
+    out = np.zeros((L, H, T, T), dtype=np.int32)
+    for t in range(T):
+        out[:, :, t, :t + 1] = packed[:, :, off[t]:off[t + 1]]
+    return out
+
+
+def dump_attention_npz(trace: AttentionTrace, path) -> None:
+    """Write ``trace`` in the binary form: an uncompressed ``.npz`` (``docs/formats.md``)
+    holding the lower triangles of the attention, packed row by row, as int32.
+    :func:`load_attention` reads it back exactly."""
+    if not isinstance(trace, AttentionTrace):
+        raise OptionError(f"dump_attention needs an AttentionTrace, got {type(trace).__name__}")
+    arrays = {"format": np.array(NPZ_FORMAT), "version": np.array(NPZ_VERSION, dtype=np.int64),
+              "scale": np.array(trace.scale, dtype=np.int64), "group": np.array(trace.group, dtype=np.int64),
+              "correct": trace.correct.astype(np.bool_), "tokens": trace.tokens.astype(np.int64),
+              "attention": _pack(trace.attention), "name": np.array(trace.name)}
+    for key in ("model", "text"):
+        if isinstance(trace.meta.get(key), str):
+            arrays[key] = np.array(trace.meta[key])
+    with open(os.fspath(path), "wb") as fh:        # a file object: numpy adds no ".npz" suffix
+        np.savez(fh, **arrays)
+
+
+def _npz_arrays(path: str) -> dict:
+    """Every array of the archive at ``path``, or a FormatError naming the file (and the array)."""
+    import zipfile
+
+    try:
+        archive = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+        raise FormatError(f"{path}: not a readable .npz archive ({_one_line(exc)})") from None
+    with archive:
+        if not isinstance(archive, np.lib.npyio.NpzFile):
+            raise FormatError(f"{path}: a single .npy array, not a {NPZ_FORMAT} archive")
+        names = list(archive.files)
+        unknown = sorted(set(names) - set(_NPZ_REQUIRED) - set(_NPZ_OPTIONAL))
+        if unknown:
+            raise FormatError(f"{path}: unknown array {unknown[0]!r} in a {NPZ_FORMAT} archive")
+        missing = [k for k in _NPZ_REQUIRED if k not in names]
+        if missing:
+            raise FormatError(f"{path}: array {missing[0]!r} is missing (not a {NPZ_FORMAT} archive, "
+                              "or a truncated one)")
+        out = {}
+        for key in names:
+            try:
+                out[key] = archive[key]
+            except Exception as exc:  # noqa: BLE001 - zipfile, zlib and numpy raise many kinds
+                raise FormatError(f"{path}: array {key!r} is unreadable, truncated or corrupt "
+                                  f"({_one_line(exc)})") from None
+    return out
+
+
+def _one_line(exc: BaseException) -> str:
+    return (" ".join(str(exc).split())[:120] or type(exc).__name__)
+
+
+def _npz_scalar(path, arrays, key, kind, lo=None, hi=None):
+    a = arrays[key]
+    if a.shape != ():
+        raise FormatError(f"{path}: array {key!r} must be a scalar (shape ()), got shape {a.shape}")
+    if kind == "str":
+        if a.dtype.kind != "U":
+            raise FormatError(f"{path}: array {key!r} must be a unicode string, got dtype {a.dtype}")
+        return str(a)
+    if a.dtype.kind not in "iu":
+        raise FormatError(f"{path}: array {key!r} must be an integer, got dtype {a.dtype}")
+    v = int(a)
+    if not lo <= v < hi:
+        raise FormatError(f"{path}: array {key!r} is {v}, outside [{lo}, {hi})")
+    return v
+
+
+def _npz_array(path, arrays, key, dtype, shape) -> np.ndarray:
+    a = arrays[key]
+    if a.dtype != np.dtype(dtype):
+        raise FormatError(f"{path}: array {key!r} must have dtype {np.dtype(dtype)}, got {a.dtype}")
+    if a.shape != shape:
+        raise FormatError(f"{path}: array {key!r} must have shape {shape}, got {a.shape}")
+    return a
+
+
+def load_attention_npz(path) -> AttentionTrace:
+    """Read the binary form (``docs/formats.md``): every array is checked for dtype, shape and
+    range; a problem is a :class:`FormatError` naming the file and the array. Never unpickles."""
+    path = os.fspath(path)
+    arrays = _npz_arrays(path)
+    fmt = _npz_scalar(path, arrays, "format", "str")
+    if fmt != NPZ_FORMAT:
+        raise FormatError(f"{path}: array 'format' is {_show(fmt)}, not {NPZ_FORMAT!r}")
+    ver = _npz_scalar(path, arrays, "version", "int", -2**62, 2**62)
+    if ver != NPZ_VERSION:
+        raise FormatError(f"{path}: unsupported {NPZ_FORMAT} version {ver} (this memopt reads version "
+                          f"{NPZ_VERSION})")
+    S = _npz_scalar(path, arrays, "scale", "int", 1, 2**31)
+    G = _npz_scalar(path, arrays, "group", "int", 1, 2**12)
+    if G * S >= _CELL_LIMIT:
+        raise FormatError(f"{path}: group * scale = {G * S} must be below 2**31")
+    strings = {k: _npz_scalar(path, arrays, k, "str") for k in _NPZ_OPTIONAL if k in arrays}
+    correct = arrays["correct"]
+    if correct.ndim != 1:
+        raise FormatError(f"{path}: array 'correct' must be 1-d (one flag per step), got shape {correct.shape}")
+    T = correct.shape[0]
+    if T >= 2**16:
+        raise FormatError(f"{path}: array 'correct' has {T} steps, beyond the limit of 2**16")
+    _npz_array(path, arrays, "correct", np.bool_, (T,))
+    tokens = _npz_array(path, arrays, "tokens", np.int64, (T,))
+    if T and (tokens.min() < 0 or tokens.max() >= 2**62):
+        raise FormatError(f"{path}: array 'tokens' holds a token id outside [0, 2**62)")
+    packed = arrays["attention"]
+    if packed.ndim != 3 or not 1 <= packed.shape[0] < 2**12 or not 1 <= packed.shape[1] < 2**12:
+        raise FormatError(f"{path}: array 'attention' must have shape (layers, kv_heads, T (T + 1) / 2) "
+                          f"with 1 to 4095 layers and KV heads, got {packed.shape}")
+    packed = _npz_array(path, arrays, "attention", np.int32, packed.shape[:2] + (T * (T + 1) // 2,))
+    if packed.size and int(packed.view(np.uint32).max()) > G * S:      # a negative value is >= 2**31 here
+        raise FormatError(f"{path}: array 'attention' holds values outside [0, group * scale = {G * S}]")
+    att = _unpack(packed, T)
+    correct, tokens = correct.copy(), tokens.copy()
+    for arr in (att, correct, tokens):
+        arr.setflags(write=False)
+    meta = {k: strings[k] for k in ("model", "text") if k in strings}
+    return AttentionTrace(att, correct, tokens, S, G, strings.get("name", os.path.basename(path)), meta)
+
+
+def convert_attention(src, dst) -> AttentionTrace:
+    """Read the attention trace ``src`` (either form) and write it to ``dst`` in the form its
+    name asks for (``.npz``: binary; anything else: JSON lines). Returns the trace."""
+    trace = load_attention(src)
+    dump_attention(trace, dst)
+    return trace

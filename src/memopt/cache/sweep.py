@@ -167,10 +167,13 @@ class AttentionSource:
 
 
 def is_attention_file(path) -> bool:
-    """Whether ``path`` starts like a ``memopt-attention`` trace (its header names the format)."""
+    """Whether ``path`` starts like a ``memopt-attention`` trace (its header names the format,
+    or it is a zip archive: the binary ``.npz`` form)."""
+    from memopt.cache.kv_trace import is_npz
+
     with open(os.fspath(path), "rb") as fh:
         head = fh.read(200)
-    return b'"memopt-attention"' in head
+    return b'"memopt-attention"' in head or is_npz(path)
 
 
 # Per-process cache: source -> (file identities, trace). One sweep at a time per worker.

