@@ -476,8 +476,14 @@ def pyplot():
 
 def save_figure(plt, fig, ax, path, *, xlabel: str, ylabel: str, title: str = "") -> None:
     """The house style every sweep plot ends with: labels, title, grid, legend; written to
-    ``path`` as a 120-dpi PNG and closed."""
+    ``path`` at 120 dpi in the format its extension names (PNG without one) and closed. The
+    image is rendered in memory and written by
+    :func:`memopt.cli._output.write_file`: matplotlib's own writer lets some write errors
+    pass (a plot "written" to ``/dev/full``)."""
+    import io
     import os
+
+    from memopt.cli._output import write_file
 
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
@@ -486,8 +492,16 @@ def save_figure(plt, fig, ax, path, *, xlabel: str, ylabel: str, title: str = ""
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(os.fspath(path), dpi=120)
-    plt.close(fig)
+    ext = os.path.splitext(os.fspath(path))[1][1:].lower() or "png"
+    if ext not in fig.canvas.get_supported_filetypes():
+        plt.close(fig)
+        raise OptionError(f"--plot {os.fspath(path)}: matplotlib cannot write .{ext} files (use .png, .svg or .pdf)")
+    data = io.BytesIO()
+    try:
+        fig.savefig(data, format=ext, dpi=120)
+    finally:
+        plt.close(fig)
+    write_file(path, data.getvalue(), "--plot")
 
 
 def plot_lines(path, series: Iterable[tuple[str, Sequence[float], Sequence[float]]], *, xlabel: str,
