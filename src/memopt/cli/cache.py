@@ -186,7 +186,7 @@ def _trace_args(p: argparse.ArgumentParser) -> None:
 
 
 def _byte_count(text: str, option: str) -> int:
-    return opt.whole(text, option, low=0, high=2**62)
+    return opt.whole(text, option, low=0, high=2**62 - 1)
 
 
 def _object_bytes(text: str):
@@ -488,7 +488,12 @@ def _load_recorder_model(args):
                           f"{LLM_HINT}") from None
     if args.tiny:
         import torch
-        from transformers import LlamaConfig, LlamaForCausalLM
+
+        try:
+            from transformers import LlamaConfig, LlamaForCausalLM
+        except (ImportError, RuntimeError) as exc:  # an installed but broken stack (torchvision vs torch)
+            raise OptionError(f"transformers cannot load its Llama model ({_one_line_exc(exc)}): "
+                              f"{LLM_HINT}") from None
 
         cfg = LlamaConfig(**TINY_LLAMA, max_position_embeddings=max(4096, args.tokens + 1))
         cfg._attn_implementation = "eager"
