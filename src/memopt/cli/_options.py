@@ -85,7 +85,7 @@ def decimal(text, option: str, *, low: Decimal | int | None = None, low_open: bo
         raise OptionError(f"{option} {show(text)} is too large (at most {high})")
     if low is not None and (value < low or (low_open and value == low)):
         raise OptionError(f"{option} must be {'>' if low_open else '>='} {low}, got {show(text)}")
-    if len(value.normalize().as_tuple().digits) > MAX_DECIMAL_DIGITS:
+    if len("".join(map(str, value.as_tuple().digits)).strip("0")) > MAX_DECIMAL_DIGITS:  # normalize() rounds
         raise OptionError(f"{option} {show(text)} has more than {MAX_DECIMAL_DIGITS} significant digits")
     return value
 

@@ -200,7 +200,7 @@ def cmd_explain(args) -> int:
     fail = opt.ratio(args.fail_ratio, "--fail")
     ok = opt.ratio(args.pass_ratio, "--pass")
     limit = opt.overhead_limit(args.overhead_limit)
-    opt.integer(args.singles, "--singles", low=0)
+    opt.integer(args.singles, "--singles", low=0, high=opt.INT64_MAX)
     from memopt.dtr.explain import explain
     from memopt.dtr.sweep import check_heuristic
 
