@@ -49,7 +49,9 @@ def files(tmp_path_factory):
     dump_requests(make_trace([0, 1, 2, 0, 1, 3, 0], [1, 1, 1, 1]), req)
     dump_attention(make_attention_trace(ATT, [True, False, True, True, False, True], scale=8, name="hand"), att)
     log.write_text("\n".join(LINES) + "\n")
-    return {"req": str(req), "att": str(att), "log": str(log), "graph": str(MLP), "dir": d}
+    graph = d / "mlp_train.json"            # a copy: no output option may ever point into the checkout
+    graph.write_bytes(MLP.read_bytes())
+    return {"req": str(req), "att": str(att), "log": str(log), "graph": str(graph), "dir": d}
 
 
 def _run(capsys, *argv):
@@ -114,11 +116,12 @@ def test_dtr_sweep_grid_1e_minus_999999_as_a_process_finishes_with_one_line(tmp_
     assert p.stderr.count("\n") == 1 and p.stderr.startswith("memopt: error: bad grid"), p.stderr
 
 
-@pytest.mark.parametrize("command", ["experts", "certify", "verify"])
+@pytest.mark.parametrize("command", ["experts", "certify", "verify", "sweep"])
 @pytest.mark.parametrize("flag", [["--per-layer"], ["--drop-warmup"], ["--object-bytes", "7"],
                                   ["--skip-passes", "1"]])
 def test_cache_commands_on_a_requests_trace_refuse_routing_options(files, capsys, command, flag):
-    extra = {"experts": ["--capacity", "2"], "certify": ["--envelope", "d=2"], "verify": []}[command]
+    extra = {"experts": ["--capacity", "2"], "certify": ["--envelope", "d=2"], "verify": [],
+             "sweep": ["--policies", "lru", "--capacities", "1:3:1"]}[command]
     head = ["cache", command] + ([files["req"]] if command == "verify" else []) + [files["req"]]
     _refused(capsys, *head, *extra, *flag, needle=f"{flag[0]} applies to routing logs")
 
@@ -383,15 +386,17 @@ def test_every_numeric_option_refuses_every_hostile_value(files, capsys):
 def test_every_output_option_refuses_an_unwritable_path(files, capsys, tmp_path, out):
     path = {"missing/x.json": str(tmp_path / "missing" / "x.json"), ".": str(tmp_path)}.get(out, out)
     g, req = files["graph"], files["req"]
-    commands = [["schedule", g, "--time-limit", "1", "-o"], ["schedule", g, "--time-limit", "1", "--certificate"],
-                ["cache", "certify", req, "--envelope", "d=2", "-o"],
-                ["cache", "record-attention", "--text", g, "--tokens", "4", "--tiny", "-o"],
-                ["onnx", "import", g, "-o"]]
-    for argv in commands:
-        target = path if out != "INPUT" else argv[2]
-        code, stdout, err = _run(capsys, *argv, target)
+    commands = [(g, ["schedule", g, "--time-limit", "1", "-o"]),
+                (g, ["schedule", g, "--time-limit", "1", "--certificate"]),
+                (req, ["cache", "certify", req, "--envelope", "d=2", "-o"]),
+                (g, ["cache", "record-attention", "--text", g, "--tokens", "4", "--tiny", "-o"]),
+                (g, ["onnx", "import", g, "-o"])]
+    before = {p: Path(p).read_bytes() for p in (g, req)}
+    for source, argv in commands:
+        code, stdout, err = _run(capsys, *argv, path if out != "INPUT" else source)
         assert code == 2 and stdout == "", (argv, err)
         assert err.count("\n") == 1 and err.startswith("memopt: error: "), (argv, err)
+    assert {p: Path(p).read_bytes() for p in (g, req)} == before
 
 
 def _damaged(data: bytes):
@@ -407,7 +412,7 @@ def _damaged(data: bytes):
 def test_every_reader_refuses_damaged_files_with_one_line(files, capsys, tmp_path):
     commands = {
         "graph": lambda p: [["schedule", p, "--time-limit", "1"], ["bound", p, "--time-limit", "1"],
-                            ["verify", MLP, p, "--json"]],
+                            ["verify", files["graph"], p, "--json"]],
         "log": lambda p: [["dtr", "replay", p, "--ratio", "0.5"],
                           ["dtr", "sweep", p, "--grid", "0.5:1:0.5", "--jobs", "1"]],
         "req": lambda p: [["cache", "experts", p, "--capacity", "2"],

@@ -206,19 +206,27 @@ ROUTING_OPTIONS = (("--object-bytes", lambda a: a.object_bytes != "1"), ("--per-
                    ("--drop-warmup", lambda a: a.drop_warmup), ("--skip-passes", lambda a: a.skip_passes != 0))
 
 
+def _requests_file(args) -> str | None:
+    """The trace if it is one memopt-requests file (else ``None``); the routing-log options
+    given with it are refused, never silently ignored."""
+    opt.integer(args.skip_passes, "--skip-passes", low=0, high=opt.INT64_MAX)
+    if len(args.trace) != 1:
+        return None
+    with open(args.trace[0], "rb") as fh:
+        if b"memopt-requests" not in fh.read(200):
+            return None
+    for flag, given in ROUTING_OPTIONS:
+        if given(args):
+            raise OptionError(f"{flag} applies to routing logs, not to the memopt-requests file "
+                              f"{args.trace[0]} (it carries its own object sizes and one cache)")
+    return args.trace[0]
+
+
 def _load(args):
     from memopt.cache import load_requests, load_routes
 
-    opt.integer(args.skip_passes, "--skip-passes", low=0, high=opt.INT64_MAX)
-    if len(args.trace) == 1:
-        with open(args.trace[0], "rb") as fh:
-            head = fh.read(200)
-        if b"memopt-requests" in head:
-            for flag, given in ROUTING_OPTIONS:
-                if given(args):
-                    raise OptionError(f"{flag} applies to routing logs, not to the memopt-requests file "
-                                      f"{args.trace[0]} (it carries its own object sizes and one cache)")
-            return load_requests(args.trace[0])
+    if _requests_file(args):
+        return load_requests(args.trace[0])
     return load_routes(args.trace, object_bytes=_object_bytes(args.object_bytes), per_layer=args.per_layer,
                        drop_warmup=args.drop_warmup, skip_passes=args.skip_passes)
 
@@ -320,6 +328,7 @@ def cmd_sweep(args) -> int:
     opt.not_an_input({"--plot": args.plot}, list(args.trace))
     for path in args.trace:
         opt.read_text_input(path, "trace")
+    _requests_file(args)
     source = TraceSource.of(args.trace, object_bytes=_object_bytes(args.object_bytes), per_layer=args.per_layer,
                             drop_warmup=args.drop_warmup, skip_passes=args.skip_passes)
     result = run_cache_sweep(source, policies, caps, executor=executor, jobs=args.jobs, progress=not args.json)
