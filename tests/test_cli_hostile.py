@@ -131,6 +131,11 @@ def test_cache_experts_on_a_requests_trace_without_routing_options_still_runs(fi
     assert code == 0 and [r["misses"] for r in json.loads(out)["results"]] == [7]
 
 
+def test_executor_port_of_5000_digits_is_refused_naming_the_option(files, capsys):
+    _refused(capsys, "cache", "sweep", files["req"], "--policies", "lru", "--capacities", "1:3:1",
+             "--executor", f"dask://h:{B5000}", needle="--executor")
+
+
 # ------------------------------------------------------------- unwritable outputs
 def _sweeps(files, out):
     return {
@@ -353,6 +358,8 @@ def _numeric_options(f):
         (["cache", "sweep", req, "--policies", "lru", "--capacities", "1:3:{}"], ()),
         (["cache", "sweep", req, "--policies", "lru", "--capacities", "{},2"], ()),
         (["cache", "sweep", req, "--policies", "lru", "--capacities", "1:3:1", "--jobs", "{}"], ()),
+        (["cache", "sweep", req, "--policies", "lru", "--capacities", "1:3:1", "--executor", "dask://h:{}"], ()),
+        (["dtr", "sweep", log, "--grid", "0.5:1:0.5", "--executor", "dask://h:{}"], ()),
         (["cache", "sweep", att, "--policies", "rmm", "--budgets", "{}"], ()),
         (["cache", "sweep", att, "--policies", "rmm", "--budgets", "2", "--lags", "{}"], ("inf",)),
         (["cache", "sweep", att, "--policies", "rmm", "--budgets", "2", "--prefill", "{}"], ()),

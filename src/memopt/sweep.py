@@ -121,9 +121,10 @@ def parse_executor_spec(spec: str) -> ExecutorSpec:
         raise OptionError(f"--executor {spec!r}: a Dask scheduler is dask://HOST:PORT (the host is missing)")
     if not _HOST.match(host):
         raise OptionError(f"--executor {spec!r}: bad host {host!r}")
-    if not port.isdigit() or not 1 <= int(port) <= 65535:
-        raise OptionError(f"--executor {spec!r}: bad port {port!r} (an integer in 1..65535)")
-    return ExecutorSpec("dask", f"tcp://{host}:{int(port)}")
+    from memopt.cli._options import whole
+
+    number = whole(port, f"--executor {spec!r}: bad port", low=1, high=65535)
+    return ExecutorSpec("dask", f"tcp://{host}:{number}")
 
 
 class InlineExecutor(cf.Executor):
