@@ -136,6 +136,21 @@ def test_executor_port_of_5000_digits_is_refused_naming_the_option(files, capsys
              "--executor", f"dask://h:{B5000}", needle="--executor")
 
 
+@pytest.mark.parametrize("argv", [["schedule", "DEV"], ["verify", str(MLP), "DEV"],
+                                  ["dtr", "replay", "DEV", "--ratio", "0.5"],
+                                  ["cache", "experts", "DEV", "--capacity", "2"],
+                                  ["cache", "kv", "DEV", "--policy", "h2o", "--budget", "2"],
+                                  ["cache", "kv-eval", "--text", "DEV", "--tokens", "3", "--policy", "h2o",
+                                   "--budget", "2", "--tiny"],
+                                  ["onnx", "import", "DEV", "-o", "OUT"]], ids=lambda a: "-".join(a[:2]))
+def test_a_device_as_input_is_refused_not_read_forever(tmp_path, argv):
+    if not os.path.exists("/dev/zero"):
+        pytest.skip("no /dev/zero")
+    p = _proc(*[{"DEV": "/dev/zero", "OUT": str(tmp_path / "o.json")}.get(a, a) for a in argv])
+    assert p.returncode == 2 and p.stdout == ""
+    assert p.stderr == "memopt: error: /dev/zero is a device, not a file (reading it would never end)\n"
+
+
 # ------------------------------------------------------------- unwritable outputs
 def _sweeps(files, out):
     return {

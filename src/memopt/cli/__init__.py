@@ -22,6 +22,7 @@ import os
 import sys
 
 from memopt import __version__
+from memopt.cli import _options as opt
 from memopt.errors import InternalError, MemoptError
 
 __all__ = ["main", "build_parser"]
@@ -67,8 +68,16 @@ def _one_line(text) -> str:
     return " ".join(words) or "(no message)"
 
 
+#: The arguments that name input files, whatever the command.
+_INPUTS = ("file", "plan", "certificate", "trace", "text")
+
+
 def _input_files(args) -> list[str]:
-    return [str(getattr(args, k)) for k in ("file", "plan", "trace") if getattr(args, k, None)]
+    out = []
+    for key in _INPUTS:
+        value = getattr(args, key, None)
+        out.extend(str(v) for v in (value if isinstance(value, list) else [value] if value else []))
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # --help, --version, usage errors (already printed)
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
     try:
+        for path in _input_files(args):
+            opt.not_a_device(path)
         code = int(args.func(args) or 0)
         sys.stdout.flush()  # a full disk behind stdout is an error now, not a message at exit
         return code

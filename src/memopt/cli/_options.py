@@ -189,6 +189,19 @@ def _same_file(a: str, b: str) -> bool:
     return os.path.realpath(a) == os.path.realpath(b)
 
 
+def not_a_device(path: str) -> None:
+    """Refuse an input that is a character or block device (``/dev/zero``, ``/dev/urandom``,
+    a terminal): reading one would never end. Pipes and regular files pass."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return  # a missing or unnamable file is reported by its reader, naming it
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        raise FormatError(f"{path} is a device, not a file (reading it would never end)")
+
+
 def read_text_input(path: str, what: str = "file") -> None:
     """Fail early, naming the file, when an input cannot be opened (missing, a directory)."""
     if not os.path.exists(path):
