@@ -68,8 +68,9 @@ def _one_line(text) -> str:
     return " ".join(words) or "(no message)"
 
 
-#: The arguments that name input files, whatever the command.
-_INPUTS = ("file", "plan", "certificate", "trace", "text")
+#: The arguments that name input files, whatever the command (``--certificate`` of ``schedule``
+#: is an output: ``cache verify`` names its input ``cert_file``).
+_INPUTS = ("file", "plan", "cert_file", "trace", "text")
 
 
 def _input_files(args) -> list[str]:

@@ -63,7 +63,7 @@ def register(sub) -> None:
     v = csub.add_parser("verify", help="independently check a residency certificate against its traces",
                         description="Re-derive every number of a residency certificate from the traces "
                                     "(exit 0 only if every claim holds).")
-    v.add_argument("certificate", help="a memopt-residency-certificate JSON (from `memopt cache certify -o`)")
+    v.add_argument("cert_file", metavar="certificate", help="a memopt-residency-certificate JSON (from `memopt cache certify -o`)")
     _trace_args(v)
     v.add_argument("--time-limit", type=float, default=60.0, metavar="S",
                    help="time limit of re-proving an exact minimum in seconds (default 60)")
@@ -289,16 +289,16 @@ def cmd_verify(args) -> int:
     from memopt.cache import verify_residency_certificate
 
     tl = opt.seconds(args.time_limit, "--time-limit")
-    with verdict_on_failure(args.json, {"certificate": str(args.certificate), "trace": list(args.trace)}):
-        opt.read_text_input(args.certificate, "certificate")
+    with verdict_on_failure(args.json, {"certificate": str(args.cert_file), "trace": list(args.trace)}):
+        opt.read_text_input(args.cert_file, "certificate")
         for path in args.trace:
             opt.read_text_input(path, "trace")
         trace = _load(args)
-        report = verify_residency_certificate(args.certificate, trace, time_limit=tl)
+        report = verify_residency_certificate(args.cert_file, trace, time_limit=tl)
     if args.json:
         write_json(report)
     else:
-        print(f"{args.certificate}: every claim checked against {len(args.trace)} trace file(s): OK")
+        print(f"{args.cert_file}: every claim checked against {len(args.trace)} trace file(s): OK")
     return 0
 
 
