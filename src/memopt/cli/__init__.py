@@ -7,7 +7,9 @@ One sub-module per command family registers its sub-commands through ``register(
 no numpy: each command imports what it drives when it runs.
 
 Bare ``memopt`` prints the help on stdout and exits 0, as ``pip`` and ``cargo`` do: nothing
-was asked, nothing failed, and the list of commands is what the user needs. Exit status: 0 success; 1 a sweep found non-deterministic replays or lost points; 2 bad input or options
+was asked, nothing failed, and the list of commands is what the user needs.
+
+Exit status: 0 success; 1 a sweep found non-deterministic replays or lost points; 2 bad input or options
 (:class:`~memopt.errors.MemoptError`, an unreadable file, a usage error), one line on
 stderr; 3 an internal error (:class:`~memopt.errors.InternalError` or any other
 unexpected exception), one line asking for a report (``MEMOPT_DEBUG=1`` re-raises it with

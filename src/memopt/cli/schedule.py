@@ -7,7 +7,6 @@ imports no solver; the scheduling API is imported when a command runs.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 from memopt.cli import _options as opt
