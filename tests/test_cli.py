@@ -303,7 +303,6 @@ def test_time_limit_zero_is_allowed(capsys):
     (["schedule", MLP, "--seed", "-1"], "--seed"),
     (["schedule"], "required"),
     (["frobnicate"], "invalid choice"),
-    ([], "required"),
     (["dtr"], "required"),
 ])
 def test_usage_errors_are_one_line_exit_2(capsys, argv, needle):

@@ -121,9 +121,10 @@ def parse_executor_spec(spec: str) -> ExecutorSpec:
         raise OptionError(f"--executor {spec!r}: a Dask scheduler is dask://HOST:PORT (the host is missing)")
     if not _HOST.match(host):
         raise OptionError(f"--executor {spec!r}: bad host {host!r}")
-    if not port.isdigit() or not 1 <= int(port) <= 65535:
-        raise OptionError(f"--executor {spec!r}: bad port {port!r} (an integer in 1..65535)")
-    return ExecutorSpec("dask", f"tcp://{host}:{int(port)}")
+    from memopt.cli._options import whole
+
+    number = whole(port, f"--executor {spec!r}: bad port", low=1, high=65535)
+    return ExecutorSpec("dask", f"tcp://{host}:{number}")
 
 
 class InlineExecutor(cf.Executor):
@@ -476,8 +477,14 @@ def pyplot():
 
 def save_figure(plt, fig, ax, path, *, xlabel: str, ylabel: str, title: str = "") -> None:
     """The house style every sweep plot ends with: labels, title, grid, legend; written to
-    ``path`` as a 120-dpi PNG and closed."""
+    ``path`` at 120 dpi in the format its extension names (PNG without one) and closed. The
+    image is rendered in memory and written by
+    :func:`memopt.cli._output.write_file`: matplotlib's own writer lets some write errors
+    pass (a plot "written" to ``/dev/full``)."""
+    import io
     import os
+
+    from memopt.cli._output import write_file
 
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
@@ -486,8 +493,16 @@ def save_figure(plt, fig, ax, path, *, xlabel: str, ylabel: str, title: str = ""
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(os.fspath(path), dpi=120)
-    plt.close(fig)
+    ext = os.path.splitext(os.fspath(path))[1][1:].lower() or "png"
+    if ext not in fig.canvas.get_supported_filetypes():
+        plt.close(fig)
+        raise OptionError(f"--plot {os.fspath(path)}: matplotlib cannot write .{ext} files (use .png, .svg or .pdf)")
+    data = io.BytesIO()
+    try:
+        fig.savefig(data, format=ext, dpi=120)
+    finally:
+        plt.close(fig)
+    write_file(path, data.getvalue(), "--plot")
 
 
 def plot_lines(path, series: Iterable[tuple[str, Sequence[float], Sequence[float]]], *, xlabel: str,

@@ -92,11 +92,18 @@ def _require_onnx():
     return onnx
 
 
+#: onnxruntime's log severity "fatal": its errors reach the user as memopt's one-line message instead
+ORT_LOG_FATAL = 4
+
+
 def _require_ort():
     try:
         import onnxruntime
     except ImportError:
         raise OptionError("running ONNX models needs onnxruntime: pip install 'memopt[onnx]'") from None
+    # memopt reports onnxruntime's refusals itself, as one line; onnxruntime's own log (a
+    # failed session still logs from its destructor) would precede it on stderr
+    onnxruntime.set_default_logger_severity(ORT_LOG_FATAL)
     return onnxruntime
 
 
@@ -548,7 +555,7 @@ def session_options(order: str = "priority", *, profile: bool = True):
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     so.execution_order = (ort.ExecutionOrder.PRIORITY_BASED if order == "priority"
                           else ort.ExecutionOrder.DEFAULT)
-    so.log_severity_level = 3
+    so.log_severity_level = ORT_LOG_FATAL
     return so
 
 

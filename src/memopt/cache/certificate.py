@@ -62,10 +62,10 @@ def parse_envelopes(envelopes) -> list[tuple[str, int]]:
                 name, sep, val = e.partition("=")
                 if not sep:
                     raise OptionError(f"envelope {e!r} must be NAME=BYTES")
-                try:
-                    items.append((name.strip(), int(val.strip().replace("_", ""))))
-                except ValueError:
-                    raise OptionError(f"envelope {e!r}: {val.strip()!r} is not an integer byte count") from None
+                from memopt.cli._options import whole
+
+                items.append((name.strip(), whole(val.replace("_", ""), f"envelope {name.strip()!r}", low=0,
+                                                  high=2**62 - 1)))
             else:
                 items.append(tuple(e))
     out, seen = [], set()

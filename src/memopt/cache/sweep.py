@@ -55,23 +55,21 @@ MAX_POINTS = 100_000
 
 
 def _int(text: str, what: str, spec: str) -> int:
-    try:
-        value = int(text.strip())
-    except ValueError:
-        raise OptionError(f"bad capacities {spec!r}: {what} {text.strip()!r} is not a whole number of bytes") \
-            from None
-    if value < 0 or value >= 2**62:
-        raise OptionError(f"bad capacities {spec!r}: {what} {value} is not in [0, 2**62) bytes")
-    return value
+    from memopt.cli._options import whole
+
+    return whole(text, f"bad capacities {spec!r}: {what}", low=0, high=2**62 - 1)
 
 
 def parse_capacities(spec: str) -> tuple[int, ...]:
     """Capacities (bytes per cache) from ``A:B:STEP`` (``A, A+STEP, ...`` while ``<= B``) or a
-    comma list ``A,B,C`` (sorted, duplicates dropped).
+    comma list ``A,B,C`` (sorted, duplicates dropped); each a whole number in ``[0, 2**62)``,
+    at most :data:`MAX_POINTS` of them, counted before any is built.
 
     >>> parse_capacities("4:16:4"), parse_capacities("8,2,8")
     ((4, 8, 12, 16), (2, 8))
     """
+    from memopt.cli._options import arithmetic_grid
+
     if not isinstance(spec, str) or not spec.strip():
         raise OptionError(f"capacities are A:B:STEP or A,B,C (bytes per cache), got {spec!r}")
     if ":" in spec:
@@ -83,14 +81,11 @@ def parse_capacities(spec: str) -> tuple[int, ...]:
             raise OptionError(f"bad capacities {spec!r}: STEP must be > 0")
         if stop < start:
             raise OptionError(f"bad capacities {spec!r}: B must be >= A")
-        count = (stop - start) // step + 1
-        if count > MAX_POINTS:
-            raise OptionError(f"bad capacities {spec!r}: {count} capacities (at most {MAX_POINTS})")
-        return tuple(range(start, stop + 1, step))
-    values = sorted({_int(p, "capacity", spec) for p in spec.split(",")})
-    if len(values) > MAX_POINTS:
-        raise OptionError(f"bad capacities {spec!r}: {len(values)} capacities (at most {MAX_POINTS})")
-    return tuple(values)
+        return arithmetic_grid(start, stop, step, f"bad capacities {spec!r}", MAX_POINTS)
+    parts = spec.split(",")
+    if len(parts) > MAX_POINTS:
+        raise OptionError(f"bad capacities {spec[:40]!r}...: {len(parts)} capacities (at most {MAX_POINTS})")
+    return tuple(sorted({_int(p, "capacity", spec) for p in parts}))
 
 
 def parse_policies(spec: str | Iterable[str], k: int | None = None) -> tuple[str, ...]:
@@ -420,24 +415,24 @@ def parse_kv_policies(spec: str | Iterable[str]) -> tuple[str, ...]:
 
 
 def parse_lags(spec: str | Iterable) -> tuple[float, ...]:
-    """Commit lags of ``rmm``: whole numbers of steps ``>= 0`` or ``inf``, ascending.
+    """Commit lags of ``rmm``: whole numbers of steps in ``[0, 2**63)`` or ``inf``, ascending.
 
     >>> parse_lags("16,0,inf,4")
     (0, 4, 16, inf)
     """
     import math
 
+    from memopt.cli._options import whole_or_inf
+
     items = spec.split(",") if isinstance(spec, str) else list(spec)
+    if len(items) > MAX_POINTS:
+        raise OptionError(f"bad lags: {len(items)} lags (at most {MAX_POINTS})")
     out = set()
     for item in items:
-        raw = str(item).strip().lower()
-        if raw in ("inf", "infinity") or (isinstance(item, float) and math.isinf(item) and item > 0):
+        if isinstance(item, float) and math.isinf(item) and item > 0:
             out.add(math.inf)
-        elif raw.isdigit():
-            out.add(int(raw))
         else:
-            raise OptionError(f"bad lags {spec!r}: {str(item).strip()!r} is not a whole number of steps >= 0 "
-                              "or inf")
+            out.add(whole_or_inf(str(item), f"bad lags {spec!r}: lag"))
     if not out:
         raise OptionError("a KV sweep needs at least one lag")
     return tuple(sorted(out))

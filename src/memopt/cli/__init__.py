@@ -6,6 +6,9 @@ One sub-module per command family registers its sub-commands through ``register(
 :mod:`memopt.cli._output`. Building the parser imports no solver, no kernel, no numba and
 no numpy: each command imports what it drives when it runs.
 
+Bare ``memopt`` prints the help on stdout and exits 0, as ``pip`` and ``cargo`` do: nothing
+was asked, nothing failed, and the list of commands is what the user needs.
+
 Exit status: 0 success; 1 a sweep found non-deterministic replays or lost points; 2 bad input or options
 (:class:`~memopt.errors.MemoptError`, an unreadable file, a usage error), one line on
 stderr; 3 an internal error (:class:`~memopt.errors.InternalError` or any other
@@ -16,10 +19,12 @@ its traceback); 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 
 from memopt import __version__
+from memopt.cli import _options as opt
 from memopt.errors import InternalError, MemoptError
 
 __all__ = ["main", "build_parser"]
@@ -56,30 +61,49 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: A word longer than this in an error message (a 5,000-digit option echoed back) is shortened.
+LONG_WORD = 200
+
+
 def _one_line(text) -> str:
-    return " ".join(str(text).split()) or "(no message)"
+    words = [w if len(w) <= LONG_WORD else f"{w[:60]}...({len(w)} characters)" for w in str(text).split()]
+    return " ".join(words) or "(no message)"
+
+
+#: The arguments that name input files, whatever the command (``--certificate`` of ``schedule``
+#: is an output: ``cache verify`` names its input ``cert_file``).
+_INPUTS = ("file", "plan", "cert_file", "trace", "text")
 
 
 def _input_files(args) -> list[str]:
-    return [str(getattr(args, k)) for k in ("file", "plan", "trace") if getattr(args, k, None)]
+    out = []
+    for key in _INPUTS:
+        value = getattr(args, key, None)
+        out.extend(str(v) for v in (value if isinstance(value, list) else [value] if value else []))
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the ``memopt`` command with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
+    argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        args = build_parser().parse_args(argv)
+        parser = build_parser()
+        if not argv:
+            parser.print_help()
+            return 0
+        args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version, usage errors (already printed)
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
     try:
-        return int(args.func(args) or 0)
+        for path in _input_files(args):
+            opt.not_a_device(path)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # a full disk behind stdout is an error now, not a message at exit
+        return code
     except BrokenPipeError:
         # the reader went away (`memopt ... | head`): not an error of ours; keep the
         # interpreter from complaining when it flushes stdout at exit
-        try:
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())
-        except (OSError, ValueError, AttributeError):
-            pass
+        _drop_stdout()
         return 0
     except KeyboardInterrupt:
         print("memopt: interrupted", file=sys.stderr)
@@ -95,6 +119,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except OSError as exc:
         _debug_reraise()
+        if exc.filename is None and exc.errno in _WRITE_ERRNOS:  # files are guarded by _output.writing
+            _drop_stdout()
+            print(f"memopt: error: stdout: cannot write: {exc.strerror or exc}", file=sys.stderr)
+            return 2
         if exc.filename is not None:
             what = f"{exc.filename}: {exc.strerror or type(exc).__name__}"
         else:
@@ -111,6 +139,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"memopt: internal error: {type(exc).__name__}: {_one_line(exc)} — please report this "
               "(set MEMOPT_DEBUG=1 for a traceback)", file=sys.stderr)
         return 3
+
+
+#: Errors only a write raises: with no file name, they come from stdout (``> /dev/full``),
+#: since every output file is written under :func:`memopt.cli._output.writing`.
+_WRITE_ERRNOS = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's flush at exit has nothing to fail on."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 def _debug_reraise() -> None:

@@ -1,20 +1,72 @@
 """Output helpers shared by every ``memopt`` sub-command.
 
 One byte formatter (:func:`fmt_bytes`), one JSON writer (:func:`write_json`: exactly one
-JSON document, one line, on stdout) and one table printer (:func:`print_table`: aligned
-columns whatever the cell widths). Nothing here imports numpy: numpy values are
-recognised by duck typing.
+JSON document, one line, on stdout), one table printer (:func:`print_table`: aligned
+columns whatever the cell widths) and one guard of every output file (:func:`writing`,
+:func:`write_file`: a write that fails is an error naming the file, never a success).
+Nothing here imports numpy: numpy values are recognised by duck typing.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import sys
+from contextlib import contextmanager
 from decimal import Decimal
 from os import PathLike, fspath
 
-__all__ = ["fmt_bytes", "fmt_count", "jsonable", "write_json", "format_table", "print_table"]
+from memopt.errors import OptionError
+
+__all__ = ["fmt_bytes", "fmt_count", "jsonable", "write_json", "format_table", "print_table", "writing",
+           "write_file", "write_json_file", "verdict_on_failure"]
+
+
+@contextmanager
+def writing(path, what: str):
+    """Run a block that writes ``path``; any error writing it (a missing folder, a full disk
+    such as ``/dev/full``, a read-only file; often raised only when the file is closed, with
+    no file name) becomes one :class:`OptionError` naming ``what`` (the option) and the file.
+    An error naming another file (an input) passes through unchanged."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is not None and not _same_path(exc.filename, path):
+            raise
+        raise OptionError(f"{what} {fspath(path)}: cannot write: {exc.strerror or exc}") from None
+
+
+def _same_path(a, b) -> bool:
+    return os.path.realpath(fspath(a)) == os.path.realpath(fspath(b))
+
+
+@contextmanager
+def verdict_on_failure(as_json: bool, fields: dict):
+    """For the ``verify`` commands' ``--json``: when the block refuses its input (a
+    :class:`~memopt.errors.MemoptError`), print the verdict ``{"ok": false, **fields,
+    "reason": ..., "error": class name}`` on stdout, then let the error reach the one-line
+    message and exit 2. A verdict is printed either way; success prints its own."""
+    from memopt.errors import MemoptError
+
+    try:
+        yield
+    except MemoptError as exc:
+        if as_json:
+            write_json({"ok": False, **fields, "reason": " ".join(str(exc).split()), "error": type(exc).__name__})
+        raise
+
+
+def write_file(path, data: bytes | str, what: str) -> None:
+    """Write ``data`` (bytes, or text as UTF-8) to ``path`` under :func:`writing`."""
+    with writing(path, what):
+        with open(path, "wb") as fh:
+            fh.write(data if isinstance(data, bytes) else data.encode("utf-8"))
+
+
+def write_json_file(path, doc, what: str) -> None:
+    """Write ``doc`` to ``path`` as one strict JSON document (:func:`jsonable`) and a newline."""
+    write_file(path, json.dumps(jsonable(doc), allow_nan=False) + "\n", what)
 
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
 

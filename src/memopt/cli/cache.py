@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 
 from memopt.cli import _options as opt
-from memopt.cli._output import fmt_bytes, print_table, write_json
+from memopt.cli._output import fmt_bytes, print_table, verdict_on_failure, write_json, write_json_file, writing
 from memopt.errors import OptionError
 
 POLICY_CHOICES = ("lru", "lfu", "lru-k", "belady", "opt")
@@ -63,7 +63,7 @@ def register(sub) -> None:
     v = csub.add_parser("verify", help="independently check a residency certificate against its traces",
                         description="Re-derive every number of a residency certificate from the traces "
                                     "(exit 0 only if every claim holds).")
-    v.add_argument("certificate", help="a memopt-residency-certificate JSON (from `memopt cache certify -o`)")
+    v.add_argument("cert_file", metavar="certificate", help="a memopt-residency-certificate JSON (from `memopt cache certify -o`)")
     _trace_args(v)
     v.add_argument("--time-limit", type=float, default=60.0, metavar="S",
                    help="time limit of re-proving an exact minimum in seconds (default 60)")
@@ -197,11 +197,7 @@ def _trace_args(p: argparse.ArgumentParser) -> None:
 
 
 def _byte_count(text: str, option: str) -> int:
-    try:
-        value = int(str(text).strip())
-    except ValueError:
-        raise OptionError(f"{option} must be a whole number of bytes, got {text!r}") from None
-    return opt.integer(value, option, low=0, high=2**62)
+    return opt.whole(text, option, low=0, high=2**62 - 1)
 
 
 def _object_bytes(text: str):
@@ -210,22 +206,38 @@ def _object_bytes(text: str):
     out = {}
     for part in text.split(","):
         layer, _, b = part.partition("=")
-        try:
-            out[int(layer)] = _byte_count(b, "--object-bytes")
-        except ValueError:
-            raise OptionError(f"--object-bytes: bad layer in {part!r} (expected LAYER=BYTES)") from None
+        out[opt.whole(layer, f"--object-bytes layer in {part!r}", high=2**31 - 1)] = \
+            _byte_count(b, "--object-bytes")
     return out
+
+
+#: The options that read routing logs; a memopt-requests file carries its own sizes, one
+#: cache and no passes, so none of them applies to it.
+ROUTING_OPTIONS = (("--object-bytes", lambda a: a.object_bytes != "1"), ("--per-layer", lambda a: a.per_layer),
+                   ("--drop-warmup", lambda a: a.drop_warmup), ("--skip-passes", lambda a: a.skip_passes != 0))
+
+
+def _requests_file(args) -> str | None:
+    """The trace if it is one memopt-requests file (else ``None``); the routing-log options
+    given with it are refused, never silently ignored."""
+    opt.integer(args.skip_passes, "--skip-passes", low=0, high=opt.INT64_MAX)
+    if len(args.trace) != 1:
+        return None
+    with open(args.trace[0], "rb") as fh:
+        if b"memopt-requests" not in fh.read(200):
+            return None
+    for flag, given in ROUTING_OPTIONS:
+        if given(args):
+            raise OptionError(f"{flag} applies to routing logs, not to the memopt-requests file "
+                              f"{args.trace[0]} (it carries its own object sizes and one cache)")
+    return args.trace[0]
 
 
 def _load(args):
     from memopt.cache import load_requests, load_routes
 
-    opt.integer(args.skip_passes, "--skip-passes", low=0)
-    if len(args.trace) == 1:
-        with open(args.trace[0], "rb") as fh:
-            head = fh.read(200)
-        if b"memopt-requests" in head:
-            return load_requests(args.trace[0])
+    if _requests_file(args):
+        return load_requests(args.trace[0])
     return load_routes(args.trace, object_bytes=_object_bytes(args.object_bytes), per_layer=args.per_layer,
                        drop_warmup=args.drop_warmup, skip_passes=args.skip_passes)
 
@@ -264,8 +276,6 @@ def cmd_experts(args) -> int:
 
 
 def cmd_certify(args) -> int:
-    import json
-
     from memopt.cache import certify_residency
 
     tl = opt.seconds(args.time_limit, "--time-limit")
@@ -276,9 +286,7 @@ def cmd_certify(args) -> int:
     trace = _load(args)
     cert = certify_residency(trace, args.envelope, capacities=caps, time_limit=tl)
     if args.output:
-        with open(args.output, "w", encoding="utf-8") as fh:
-            json.dump(cert, fh)
-            fh.write("\n")
+        write_json_file(args.output, cert, "-o")
     if args.json:
         write_json(cert)
         return 0
@@ -292,15 +300,16 @@ def cmd_verify(args) -> int:
     from memopt.cache import verify_residency_certificate
 
     tl = opt.seconds(args.time_limit, "--time-limit")
-    opt.read_text_input(args.certificate, "certificate")
-    for path in args.trace:
-        opt.read_text_input(path, "trace")
-    trace = _load(args)
-    report = verify_residency_certificate(args.certificate, trace, time_limit=tl)
+    with verdict_on_failure(args.json, {"certificate": str(args.cert_file), "trace": list(args.trace)}):
+        opt.read_text_input(args.cert_file, "certificate")
+        for path in args.trace:
+            opt.read_text_input(path, "trace")
+        trace = _load(args)
+        report = verify_residency_certificate(args.cert_file, trace, time_limit=tl)
     if args.json:
         write_json(report)
     else:
-        print(f"{args.certificate}: every claim checked against {len(args.trace)} trace file(s): OK")
+        print(f"{args.cert_file}: every claim checked against {len(args.trace)} trace file(s): OK")
     return 0
 
 
@@ -330,13 +339,14 @@ def cmd_sweep(args) -> int:
     opt.not_an_input({"--plot": args.plot}, list(args.trace))
     for path in args.trace:
         opt.read_text_input(path, "trace")
+    _requests_file(args)
     source = TraceSource.of(args.trace, object_bytes=_object_bytes(args.object_bytes), per_layer=args.per_layer,
                             drop_warmup=args.drop_warmup, skip_passes=args.skip_passes)
     result = run_cache_sweep(source, policies, caps, executor=executor, jobs=args.jobs, progress=not args.json)
+    if args.plot:  # before any output: a plot that cannot be written fails the command
+        plot_cache_sweep(result, args.plot)
     if args.json:
         write_json(result.to_dict())
-    if args.plot:
-        plot_cache_sweep(result, args.plot)
     if not args.json:
         print(f"{', '.join(args.trace)}: {result.caches} cache(s), {result.requests} requests, "
               f"{len(result.policies)} policies x {len(result.capacities)} capacities ({result.seconds:.1f}s)")
@@ -371,7 +381,7 @@ def _cmd_kv_sweep(args) -> int:
     if args.lags is not None and "rmm" not in policies:
         raise OptionError("--lags applies to the rmm policy only (add rmm to --policies)")
     lags = parse_lags(args.lags if args.lags is not None else "0")
-    specs = [_kv_budget_spec(b) for b in args.budgets.split(",")]
+    specs = [_kv_budget_spec(b, "--budgets") for b in args.budgets.split(",")]
     lag_plot = None
     if args.plot:
         stem, ext = os.path.splitext(args.plot)
@@ -384,10 +394,10 @@ def _cmd_kv_sweep(args) -> int:
     budgets = [value if kind == "positions" else int(math.floor(value * T)) for kind, value in specs]
     result = run_kv_sweep(source, policies, budgets, lags=lags, prefill=args.prefill, share=args.share,
                           executor=executor, jobs=args.jobs, progress=not args.json)
+    if args.plot:  # before any output: a plot that cannot be written fails the command
+        plot_kv_sweep(result, args.plot, lag_plot)
     if args.json:
         write_json(result.to_dict())
-    if args.plot:
-        plot_kv_sweep(result, args.plot, lag_plot)
     if not args.json:
         shared = "" if result.share == "head" else f", budgets shared by each layer's {trace.kv_heads} KV heads"
         print(f"{args.trace[0]}: {T} steps, {result.heads} heads, prefill {result.prefill}{shared}; "
@@ -399,38 +409,27 @@ def _cmd_kv_sweep(args) -> int:
     return _report_lost([f"{p.label} @ {p.budget} ({p.reason})" for p in result.lost])
 
 
-def _kv_budget_spec(text: str):
+def _kv_budget_spec(text: str, option: str = "--budget"):
     """``--budget``: ``("positions", n)`` for a whole number, ``("fraction", Decimal)`` for a
     decimal in (0, 1] or a percentage in (0, 100]."""
-    from decimal import Decimal, InvalidOperation
-
     raw = str(text).strip()
     if raw.isdigit():
-        return "positions", opt.integer(int(raw), "--budget", low=0, high=2**31 - 1)
-    try:
-        value = Decimal(raw[:-1].strip()) / 100 if raw.endswith("%") else Decimal(raw)
-    except InvalidOperation:
-        raise OptionError(f"--budget {text!r} is not a number (a whole number of positions, a fraction "
-                          "in (0, 1] or a percentage)") from None
-    if not value.is_finite() or not 0 < value <= 1:
-        raise OptionError(f"--budget {text!r}: a fraction of the trace must lie in (0, 1] (or 0% < B <= "
-                          "100%); a whole number counts positions")
+        return "positions", opt.whole(raw, option, low=0, high=2**31 - 1)
+    percent = raw.endswith("%")
+    value = opt.decimal(raw[:-1] if percent else raw, option)
+    value = value / 100 if percent else value           # exact: at most 28 digits
+    if not 0 < value <= 1:
+        raise OptionError(f"{option} {opt.show(text)}: a fraction of the trace must lie in (0, 1] (or 0% < B "
+                          "<= 100%); a whole number counts positions")
     return "fraction", value
 
 
 def _kv_lag(text: str | None, policy: str):
-    import math
-
     if text is None:
         return 0
     if policy != "rmm":
         raise OptionError(f"--lag applies to --policy rmm only, not {policy}")
-    raw = str(text).strip().lower()
-    if raw in ("inf", "infinity"):
-        return math.inf
-    if not raw.isdigit():
-        raise OptionError(f"--lag must be a whole number of steps >= 0 or inf, got {text!r}")
-    return int(raw)
+    return opt.whole_or_inf(text, "--lag")
 
 
 def cmd_kv(args) -> int:
@@ -509,7 +508,12 @@ def _load_recorder_model(args):
                           f"{LLM_HINT}") from None
     if args.tiny:
         import torch
-        from transformers import LlamaConfig, LlamaForCausalLM
+
+        try:
+            from transformers import LlamaConfig, LlamaForCausalLM
+        except (ImportError, RuntimeError) as exc:  # an installed but broken stack (torchvision vs torch)
+            raise OptionError(f"transformers cannot load its Llama model ({_one_line_exc(exc)}): "
+                              f"{LLM_HINT}") from None
 
         cfg = LlamaConfig(**TINY_LLAMA, max_position_embeddings=max(4096, args.tokens + 1))
         cfg._attn_implementation = "eager"
@@ -569,7 +573,8 @@ def cmd_record_attention(args) -> int:
 
     trace = record_attention(model, tok, text, args.tokens, name=args.name or os.path.basename(args.text),
                              model_name=label)
-    dump_attention(trace, args.output)
+    with writing(args.output, "-o"):
+        dump_attention(trace, args.output)
     accuracy = float(trace.correct.mean()) if trace.steps else 0.0
     if args.json:
         write_json({"output": str(args.output), "text": str(args.text), "model": label, "name": trace.name,

@@ -138,10 +138,10 @@ def cmd_sweep(args) -> int:
         opt.budget_fits(ratios[-1], base.peak, "--grid STOP")
     result = run_sweep(args.trace, args.grid, args.heuristic, overhead_limit=limit, repeats=args.repeats,
                        jobs=args.jobs, executor=executor, timeout=timeout, progress=not args.json)
+    if args.plot:  # before any output: a plot that cannot be written fails the command
+        plot_sweep(result, args.plot)
     if args.json:
         write_json(result.to_dict())
-    if args.plot:
-        plot_sweep(result, args.plot)
     if not args.json:
         _print_sweep(result, all_points=not args.failing_only, plot=args.plot)
     if result.lost:
@@ -200,7 +200,7 @@ def cmd_explain(args) -> int:
     fail = opt.ratio(args.fail_ratio, "--fail")
     ok = opt.ratio(args.pass_ratio, "--pass")
     limit = opt.overhead_limit(args.overhead_limit)
-    opt.integer(args.singles, "--singles", low=0)
+    opt.integer(args.singles, "--singles", low=0, high=opt.INT64_MAX)
     from memopt.dtr.explain import explain
     from memopt.dtr.sweep import check_heuristic
 

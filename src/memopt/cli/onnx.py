@@ -9,7 +9,7 @@ the memopt-graph JSON of a model. onnx and onnxruntime are imported when a comma
 from __future__ import annotations
 
 from memopt.cli import _options as opt
-from memopt.cli._output import fmt_bytes, print_table, write_json
+from memopt.cli._output import fmt_bytes, print_table, write_json, writing
 
 
 def register(sub) -> None:
@@ -51,7 +51,8 @@ def cmd_reorder(args) -> int:
 
     tl = opt.seconds(args.time_limit, "--time-limit")
     _check_paths(args)
-    rep = adapter.reorder(args.file, args.output, time_limit=tl, measure_runs=not args.no_measure)
+    with writing(args.output, "-o"):
+        rep = adapter.reorder(args.file, args.output, time_limit=tl, measure_runs=not args.no_measure)
     d = rep.to_dict()
     if args.json:
         write_json(d)
@@ -88,7 +89,8 @@ def cmd_import(args) -> int:
     from memopt.adapters import onnx as adapter
 
     _check_paths(args)
-    graph, mapping = adapter.import_graph(args.file, args.output)
+    with writing(args.output, "-o"):
+        graph, mapping = adapter.import_graph(args.file, args.output)
     if args.json:
         write_json({"input": args.file, "output": args.output, "name": graph.name, "ops": graph.num_ops,
                     "tensors": graph.num_tensors, "resident_bytes": mapping.resident_bytes,

@@ -7,11 +7,10 @@ imports no solver; the scheduling API is imported when a command runs.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 from memopt.cli import _options as opt
-from memopt.cli._output import fmt_bytes, print_table, write_json
+from memopt.cli._output import fmt_bytes, print_table, verdict_on_failure, write_json, write_json_file
 from memopt.errors import CertificateError
 
 #: method kinds in the order ``memopt schedule --help`` lists them
@@ -76,14 +75,6 @@ def _load(path: str):
     return load_instance(path)
 
 
-def _write_json_file(path: str, doc) -> None:
-    from memopt.cli._output import jsonable
-
-    with open(path, "w", encoding="utf-8") as fh:
-        json.dump(jsonable(doc), fh, allow_nan=False)
-        fh.write("\n")
-
-
 def _plan_doc(inst, res) -> dict:
     from memopt.io import plan_to_doc
 
@@ -102,9 +93,9 @@ def cmd_schedule(args) -> int:
     res = schedule_instance(inst, method=args.method, time_limit=time_limit, seed=args.seed,
                             progress=not args.json)
     if args.output:
-        _write_json_file(args.output, _plan_doc(inst, res))
+        write_json_file(args.output, _plan_doc(inst, res), "-o")
     if args.certificate:
-        _write_json_file(args.certificate, res.certificate)
+        write_json_file(args.certificate, res.certificate, "--certificate")
     if args.json:
         write_json({"instance": inst.name, "file": str(args.file), "ops": inst.num_ops,
                     **res.to_dict(labels=inst.labels)})
@@ -166,6 +157,16 @@ def cmd_bound(args) -> int:
 
 
 def cmd_verify(args) -> int:
+    with verdict_on_failure(args.json, {"file": str(args.file), "plan": str(args.plan)}):
+        report = _verify_report(args)
+    if args.json:
+        write_json({"ok": True, **report})
+        return 0
+    print_table([(k, _cell(k, v)) for k, v in report.items()])
+    return 0
+
+
+def _verify_report(args) -> dict:
     from memopt.bounds.verify import verify_document
     from memopt.io._json import read_json
 
@@ -184,11 +185,7 @@ def cmd_verify(args) -> int:
         reason = report.get("reason") or report.get("error") or "; ".join(map(str, report.get("errors", ()))) \
             or "rejected"
         raise CertificateError(f"{args.plan}: {reason}")
-    if args.json:
-        write_json(report)
-        return 0
-    print_table([(k, _cell(k, v)) for k, v in report.items()])
-    return 0
+    return report
 
 
 def _cell(key: str, value) -> str:

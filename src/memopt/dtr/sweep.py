@@ -100,15 +100,9 @@ MAX_TIMEOUT = 1e7
 
 
 def _decimal(text: str, what: str, spec: str) -> Decimal:
-    try:
-        value = Decimal(text.strip())
-    except InvalidOperation:
-        raise OptionError(f"bad grid {spec!r}: {what} {text!r} is not a number") from None
-    if not value.is_finite():
-        raise OptionError(f"bad grid {spec!r}: {what} {text!r} is not a finite number")
-    if abs(value) > MAX_RATIO:
-        raise OptionError(f"bad grid {spec!r}: {what} {text!r} is beyond the largest ratio, {MAX_RATIO}")
-    return value
+    from memopt.cli._options import decimal
+
+    return decimal(text, f"bad grid {spec!r}: {what}", low=-MAX_RATIO, high=MAX_RATIO)
 
 
 def parse_grid(spec: str) -> tuple[Decimal, ...]:
@@ -116,13 +110,18 @@ def parse_grid(spec: str) -> tuple[Decimal, ...]:
 
     The points are ``START + k * STEP`` for ``k = 0, 1, ...`` while ``<= STOP`` (so STOP
     is included when it is on the grid). ``0 < START <= STOP`` and ``STEP > 0`` are
-    required. ``START:STOP`` alone is not accepted: a step must be explicit.
+    required; each is an exact decimal (:func:`memopt.cli._options.decimal`: at most 28
+    significant digits, nonzero values at least ``1e-30``, at most :data:`MAX_RATIO`), and
+    at most :data:`MAX_GRID_POINTS` points, counted before any is built. ``START:STOP``
+    alone is not accepted: a step must be explicit.
     """
+    from memopt.cli._options import arithmetic_grid
+
     if not isinstance(spec, str):
         raise OptionError(f"a grid is a START:STOP:STEP string, got {type(spec).__name__}")
     parts = spec.split(":")
     if len(parts) != 3:
-        raise OptionError(f"bad grid {spec!r}: expected START:STOP:STEP, e.g. 0.1:1.0:0.01")
+        raise OptionError(f"bad grid {spec[:40]!r}: expected START:STOP:STEP, e.g. 0.1:1.0:0.01")
     start = _decimal(parts[0], "START", spec)
     stop = _decimal(parts[1], "STOP", spec)
     step = _decimal(parts[2], "STEP", spec)
@@ -132,16 +131,7 @@ def parse_grid(spec: str) -> tuple[Decimal, ...]:
         raise OptionError(f"bad grid {spec!r}: STEP must be > 0")
     if stop < start:
         raise OptionError(f"bad grid {spec!r}: STOP must be >= START")
-    count = int((stop - start) / step) + 1  # Decimal division: exact for decimal inputs
-    if count > MAX_GRID_POINTS:
-        raise OptionError(f"bad grid {spec!r}: {count} points (at most {MAX_GRID_POINTS})")
-    points = [start + k * step for k in range(count)]
-    # Decimal division rounds to 28 significant digits; make the ends exact either way.
-    while points and points[-1] > stop:
-        points.pop()
-    if start + len(points) * step <= stop:
-        points.append(start + len(points) * step)
-    return tuple(points)
+    return arithmetic_grid(start, stop, step, f"bad grid {spec!r}", MAX_GRID_POINTS)
 
 
 def ratio_budget(ratio: Decimal | float, peak: int) -> int:
