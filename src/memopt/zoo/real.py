@@ -15,7 +15,7 @@ name                          input         notes
 ``fcn``                       1x3x128x128   ResNet-50 backbone, output ``"out"`` only
 ``mobilenet_v3_large``        1x3x128x128
 ``efficientnet_b0``           1x3x128x128
-``vit_b_16``                  1x3x64x64     ViT-B/16 with ``image_size=64`` (16 patches + class token)
+``vit_b_16``                  1x3x64x64     ViT-B/16, ``image_size=64`` (16 patches + class token)
 ``speaker``                   1x1x64x100    :class:`SpeakerStackNet` below (log-mel, 100 frames)
 ============================  ============  ==========================================
 
@@ -47,7 +47,7 @@ import warnings
 
 from memopt.errors import OptionError
 
-__all__ = ["HELD_OUT", "TUNING", "build", "export_onnx", "family", "graph", "names", "torchvision"]
+__all__ = ["HELD_OUT", "TUNING", "build", "export_onnx", "family", "graph", "input_shape", "names", "torchvision"]
 
 #: name -> (default input shape, family)
 _MODELS = {
@@ -208,11 +208,40 @@ def _modules():
         def forward(self, x):
             return self.model(x)["out"]
 
-    return UNet, SpeakerStackNet, SegmentationOut
+    class ViTBatch1(nn.Module):
+        """torchvision's VisionTransformer at batch 1, with the same modules and weights and a
+        forward whose every shape is a constant: the original reads the batch size and the
+        attention's shapes from the tensors at run time (a class-token ``Expand``,
+        ``Shape``-fed reshapes in ``multi_head_attention_forward``), which leaves the exported
+        graph without static shapes. Attention is written out: one input projection, the
+        query/key/value slices, per-head ``softmax(q k^T / sqrt(d)) v``, the output projection."""
+
+        def __init__(self, vit):
+            super().__init__()
+            self.vit = vit
+
+        def forward(self, x):
+            vit = self.vit
+            d = vit.hidden_dim
+            x = vit.conv_proj(x).reshape(1, d, -1).permute(0, 2, 1)
+            x = torch.cat([vit.class_token, x], 1) + vit.encoder.pos_embedding
+            for blk in vit.encoder.layers:
+                att = blk.self_attention
+                heads, t = att.num_heads, x.shape[1]
+                qkv = nn.functional.linear(blk.ln_1(x), att.in_proj_weight, att.in_proj_bias)
+                q, k, v = (qkv[:, :, i * d:(i + 1) * d].reshape(1, t, heads, d // heads).transpose(1, 2)
+                           for i in range(3))
+                a = torch.softmax(q @ k.transpose(2, 3) * (d // heads) ** -0.5, -1) @ v
+                x = x + att.out_proj(a.transpose(1, 2).reshape(1, t, d))
+                x = x + blk.mlp(blk.ln_2(x))
+            return vit.heads(vit.encoder.ln(x)[:, 0])
+
+    return UNet, SpeakerStackNet, SegmentationOut, ViTBatch1
 
 
-def _shape(name: str, size: int | None) -> tuple:
-    shape = _MODELS[name][0]
+def input_shape(name: str, size: int | None = None) -> tuple:
+    """The input shape of ``name`` at ``size`` (default: its documented resolution)."""
+    shape = _MODELS[_check(name)][0]
     if size is None:
         return shape
     step = 16 if name == "vit_b_16" else 32
@@ -228,7 +257,7 @@ def _shape(name: str, size: int | None) -> tuple:
 
 
 def _make(name: str, shape: tuple):
-    unet, speaker, seg_out = _modules()
+    unet, speaker, seg_out, vit_batch1 = _modules()
     if name == "unet":
         return unet()
     if name == "speaker":
@@ -243,7 +272,7 @@ def _make(name: str, shape: tuple):
     if name == "fcn":
         return seg_out(m.segmentation.fcn_resnet50(weights=None, weights_backbone=None, aux_loss=False))
     if name == "vit_b_16":
-        return m.vit_b_16(weights=None, image_size=shape[-1])
+        return vit_batch1(m.vit_b_16(weights=None, image_size=shape[-1]))
     return getattr(m, name)(weights=None)
 
 
@@ -251,7 +280,7 @@ def build(name: str, seed: int = 0, size: int | None = None):
     """``(model in eval mode, (example input,))`` with weights and input drawn from ``seed``;
     ``size`` overrides the default resolution (frames for ``speaker``)."""
     torch = _torch()
-    shape = _shape(_check(name), size)
+    shape = input_shape(name, size)
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         model = _make(name, shape).eval()
@@ -268,7 +297,9 @@ def export_onnx(name: str, path, seed: int = 0, size: int | None = None) -> str:
     torch = _torch()
     model, inputs = build(name, seed, size)
     path = os.fspath(path)
-    with warnings.catch_warnings(), torch.no_grad():
+    # grad mode stays on: under no_grad, eval-mode attention takes a fused fast path
+    # (aten::_native_multi_head_attention) that the TorchScript exporter cannot export
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the legacy exporter's deprecation notice
         torch.onnx.export(model, inputs, path, dynamo=False, opset_version=17, do_constant_folding=True,
                           input_names=["input"], output_names=["output"])
