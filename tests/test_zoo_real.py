@@ -141,3 +141,14 @@ def test_matmul_costing_2_pow_54_macs_is_refused(tmp_path):
     onnx.save(model, tmp_path / "big.onnx")
     with pytest.raises(FormatError, match=r"node 'big' \(MatMul\) costs 18014398509481984 multiply-accumulates"):
         load(tmp_path / "big.onnx")
+
+
+@needs_torchvision
+@pytest.mark.slow
+def test_vit_b_16_static_forward_equals_torchvisions_forward():
+    model, (x,) = real.build("vit_b_16")
+    torch.nn.init.normal_(model.vit.heads.head.weight)   # torchvision starts the head at zero
+    with torch.no_grad():
+        ours, theirs = model(x), model.vit(x)
+    assert theirs.abs().max() > 1
+    torch.testing.assert_close(ours, theirs)

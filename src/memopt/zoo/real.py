@@ -1,7 +1,8 @@
 """Real architectures at batch 1 and a small resolution, random weights (nothing downloaded),
 exported to memopt graphs through memopt's own ONNX importer.
 
-Ten torchvision models (``weights=None``) and two networks written here:
+Nine torchvision models (``weights=None``) and two networks written here (``UNet`` and
+``SpeakerStackNet``, defined in ``_modules`` so that torch is imported only when needed):
 
 ============================  ============  ==========================================
 name                          input         notes
@@ -9,14 +10,14 @@ name                          input         notes
 ``resnet50``                  1x3x128x128
 ``densenet121``               1x3x128x128
 ``googlenet``                 1x3x128x128   no auxiliary heads
-``inception_v3``              1x3x128x128   no auxiliary heads (needs >= 75 px)
-``unet``                      1x3x128x128   :class:`UNet` below (4 levels, 16..256 channels)
+``inception_v3``              1x3x128x128   no auxiliary heads; size >= 96 (the network needs 75 px)
+``unet``                      1x3x128x128   U-Net, 4 levels, 16..256 channels
 ``deeplabv3``                 1x3x128x128   ResNet-50 backbone, output ``"out"`` only
 ``fcn``                       1x3x128x128   ResNet-50 backbone, output ``"out"`` only
 ``mobilenet_v3_large``        1x3x128x128
 ``efficientnet_b0``           1x3x128x128
-``vit_b_16``                  1x3x64x64     ViT-B/16, ``image_size=64`` (16 patches + class token)
-``speaker``                   1x1x64x100    :class:`SpeakerStackNet` below (log-mel, 100 frames)
+``vit_b_16``                  1x3x64x64     ViT-B/16, ``image_size=64``, static-shape forward
+``speaker``                   1x1x64x100    ReDimNet-style, stacking head; log-mel, 100 frames
 ============================  ============  ==========================================
 
 ``build(name, size=...)`` takes another square resolution (a multiple of 32, of 16 for
