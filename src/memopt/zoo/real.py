@@ -228,7 +228,7 @@ def _modules():
             x = torch.cat([vit.class_token, x], 1) + vit.encoder.pos_embedding
             for blk in vit.encoder.layers:
                 att = blk.self_attention
-                heads, t = att.num_heads, x.shape[1]
+                heads, t = att.num_heads, vit.seq_length
                 qkv = nn.functional.linear(blk.ln_1(x), att.in_proj_weight, att.in_proj_bias)
                 q, k, v = (qkv[:, :, i * d:(i + 1) * d].reshape(1, t, heads, d // heads).transpose(1, 2)
                            for i in range(3))
