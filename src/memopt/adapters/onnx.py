@@ -262,6 +262,8 @@ def load(path, *, name: str | None = None, workspaces: dict | None = None):
     workspaces: bytes held only while the node runs. Sizes are exact bytes (element size of the data type times the static shape, after ONNX
     shape inference); an unknown shape, a non-tensor value, a string tensor or a subgraph
     (If/Loop/Scan) is a :class:`~memopt.errors.FormatError` naming the value or node.
+    Op costs are multiply-accumulates for ``Conv``/``ConvTranspose``/``MatMul``/``Gemm`` and
+    element counts for the rest (:mod:`memopt.adapters.onnx_costs`).
     """
     model = _read_model(path)
     path = os.fspath(path)
@@ -324,6 +326,7 @@ def _symbolic_infer(model):
 
 def _build(model, path: str, *, name: str | None = None, ort_static: set | None = None,
            workspaces: dict | None = None):
+    from memopt.adapters.onnx_costs import node_costs
     from memopt.core import Op, Tensor, TensorGraph
 
     g = model.graph
@@ -455,6 +458,7 @@ def _build(model, path: str, *, name: str | None = None, ort_static: set | None 
     unknown = sorted(set(workspaces or {}) - {n.name for n in nodes})
     if unknown:
         raise OptionError(f"{path}: workspace given for {unknown[0]!r}, which is not a node of the model")
+    costs = node_costs(model, node_names, path)   # MACs / element counts (memopt.adapters.onnx_costs)
     ops = []
     op_node = []
     for i, n in enumerate(nodes):
@@ -468,7 +472,8 @@ def _build(model, path: str, *, name: str | None = None, ort_static: set | None 
             b = alias.get(x)
             if b is not None:
                 ins.append(b)
-        ops.append(Op(n.name, tuple(dict.fromkeys(ins)), n.outputs, workspace=int((workspaces or {}).get(n.name, 0))))
+        ops.append(Op(n.name, tuple(dict.fromkeys(ins)), n.outputs, workspace=int((workspaces or {}).get(n.name, 0)),
+                      cost=costs[i]))
         op_node.append(i)
     gname = name if name is not None else (model.graph.name or os.path.splitext(os.path.basename(path))[0])
     graph = TensorGraph.build(tensors, ops, name=gname)
