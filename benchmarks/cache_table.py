@@ -56,6 +56,9 @@ def real_text() -> str:
 def load_model(tiny: bool):
     if tiny:
         import torch
+        from memopt._torchvision import allow_import
+
+        allow_import()
         from transformers import LlamaConfig, LlamaForCausalLM
 
         from memopt.cli.cache import TINY_LLAMA, _ByteTokenizer

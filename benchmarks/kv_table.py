@@ -45,6 +45,9 @@ def record(args):
 
     if args.tiny:
         import torch
+        from memopt._torchvision import allow_import
+
+        allow_import()
         from transformers import LlamaConfig, LlamaForCausalLM
 
         cfg = LlamaConfig(vocab_size=256, hidden_size=48, intermediate_size=96, num_hidden_layers=4,

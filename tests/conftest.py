@@ -8,6 +8,11 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
+from memopt._torchvision import allow_import
+
+# transformers imports torchvision when it is installed; the CPU torch needs its stub first
+allow_import()
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 GRAPHS = SHARED / "data" / "checkmate-graphs"

@@ -191,6 +191,9 @@ def masked_attention(module, query, key, value, attention_mask, scaling, dropout
 
 
 def _register() -> None:
+    from memopt._torchvision import allow_import
+
+    allow_import()
     from transformers import AttentionInterface
 
     AttentionInterface.register(ATTENTION_NAME, masked_attention)

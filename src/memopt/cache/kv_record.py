@@ -170,6 +170,10 @@ def load_smollm2(path: str | None = None):
     package (or the folder ``path``), float32, eager attention, offline."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
+
+    from memopt._torchvision import allow_import
+
+    allow_import()
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     folder = path or smollm2_dir()

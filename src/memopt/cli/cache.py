@@ -500,6 +500,9 @@ def _load_recorder_model(args):
     """``(model, tokenizer, label)`` for ``record-attention`` (lazy torch/transformers)."""
     import os
 
+    from memopt._torchvision import allow_import
+
+    allow_import()
     try:
         import torch  # noqa: F401
         import transformers  # noqa: F401

@@ -41,9 +41,7 @@ imported lazily; a missing one is an :class:`~memopt.errors.OptionError`.
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
-import types
 import warnings
 
 from memopt.errors import OptionError
@@ -97,8 +95,9 @@ def _torch():
 def torchvision():
     """The ``torchvision`` module, imported with its CUDA-only meta registrations stubbed out."""
     _torch()
-    if "torchvision" not in sys.modules:
-        sys.modules.setdefault("torchvision._meta_registrations", types.ModuleType("torchvision._meta_registrations"))
+    from memopt._torchvision import allow_import
+
+    allow_import()
     try:
         import torchvision as tv
     except ImportError:
