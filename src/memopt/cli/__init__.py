@@ -71,6 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # --help, --version, usage errors (already printed)
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
     try:
+        from memopt import _jit
+
+        _jit.env_mode()  # an unknown $MEMOPT_JIT is refused by every command, before any work
         return int(args.func(args) or 0)
     except BrokenPipeError:
         # the reader went away (`memopt ... | head`): not an error of ours; keep the

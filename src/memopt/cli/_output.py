@@ -14,7 +14,7 @@ import sys
 from decimal import Decimal
 from os import PathLike, fspath
 
-__all__ = ["fmt_bytes", "fmt_count", "jsonable", "write_json", "format_table", "print_table"]
+__all__ = ["fmt_bytes", "fmt_count", "fmt_seconds", "jsonable", "write_json", "format_table", "print_table"]
 
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
 
@@ -31,6 +31,14 @@ def fmt_bytes(n) -> str:
     if k == 0:
         return f"{n} B"
     return f"{n} B ({'-' if n < 0 else ''}{x:.2f} {_UNITS[k]})"
+
+
+def fmt_seconds(res) -> str:
+    """A result's solve seconds, and the seconds spent compiling kernels before its clock
+    started (``stats["compile_seconds"]``) when there were any."""
+    text = f"{res.seconds:.3f}"
+    compiling = (getattr(res, "stats", None) or {}).get("compile_seconds") or 0
+    return text + (f" (+ {compiling:.3f} s compiling kernels)" if compiling >= 0.0005 else "")
 
 
 def fmt_count(n) -> str:
