@@ -492,7 +492,7 @@ def recorded_signatures() -> dict:
         for attr, d in sorted(vars(module).items()):
             if _is_dispatcher(d) and d.py_func.__module__ == modname and d.signatures:
                 text = sorted(repr(tuple(s)) for s in d.signatures)
-                if any(_signature(t) != tuple(s) for t, s in zip(text, sorted(d.signatures, key=lambda s: repr(tuple(s))))):
+                if {_signature(t) for t in text} != {tuple(s) for s in d.signatures}:
                     raise ValueError(f"{modname}.{attr}: a signature does not round-trip through repr")
                 out[f"{modname}.{attr}"] = text
     return out
