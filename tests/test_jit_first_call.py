@@ -146,6 +146,17 @@ def test_remat_reports_compile_seconds_apart_from_seconds():
     assert p.to_dict()["stats"]["compile_seconds"] == p.stats["compile_seconds"]
 
 
+def test_cli_table_shows_compile_seconds_after_seconds():
+    from dataclasses import replace
+
+    from memopt.cli._output import fmt_seconds
+
+    r = memopt.schedule(memopt.load_graph(MLP), time_limit=1)
+    assert fmt_seconds(replace(r, seconds=1.5, stats={"compile_seconds": 2.25})) == "1.500 (+ 2.250 s compiling kernels)"
+    assert fmt_seconds(replace(r, seconds=1.5, stats={"compile_seconds": 0.0})) == "1.500"
+    assert fmt_seconds(replace(r, seconds=1.5, stats={})) == "1.500"
+
+
 def test_cli_json_shows_compile_seconds():
     env = {**os.environ, "PYTHONPATH": os.path.join(ROOT, "src")}
     env.pop("MEMOPT_JIT", None)

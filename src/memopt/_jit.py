@@ -442,7 +442,14 @@ class _LiteralOf:
         return types.literal
 
 
+_PARSED: dict = {}
+
+
 def _signature(text: str) -> tuple:
+    """The numba signature (tuple of types) whose repr is ``text`` (parsed once per process)."""
+    hit = _PARSED.get(text)
+    if hit is not None:
+        return hit
     if not _TYPES_NS:
         from numba.core import types
 
@@ -451,7 +458,9 @@ def _signature(text: str) -> tuple:
         _TYPES_NS["Literal"] = _LiteralOf()  # Literal[int](0): a constant argument
         for name, t in (("int", int), ("float", float)):
             _TYPES_NS.setdefault(name, t)
-    return eval(text, {"__builtins__": {}}, _TYPES_NS)  # noqa: S307 - reprs of numba types from our own table
+    sig = eval(text, {"__builtins__": {}}, _TYPES_NS)  # noqa: S307 - reprs of numba types from our own table
+    _PARSED[text] = sig
+    return sig
 
 
 def warm(kind: str, size: int | None = None) -> float:
