@@ -89,6 +89,15 @@ def test_kernel_table_names_kernels_with_signatures():
                 assert isinstance(_jit._signature(text), tuple)
 
 
+def test_every_table_signature_compiles():
+    # warm skips what fails to compile (a stale table must not break a call): check none does
+    with _jit.mode("compiled"):
+        _jit.warm("remat")
+    for name in _jit.kernels_of("remat"):
+        d = _jit._dispatcher(name)
+        assert [t for t in SIGNATURES[name] if _jit._signature(t) not in d.overloads] == [], name
+
+
 def test_unknown_kind_is_an_internal_error():
     from memopt.errors import InternalError
 
