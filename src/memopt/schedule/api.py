@@ -107,11 +107,11 @@ def schedule(model, method: str = "auto", time_limit: float = 10.0, *, input_ord
     problem = SchedulingProblem(model, input_order)
     from memopt import _jit
 
-    # compile (or load) the kernels this call runs compiled before its clock starts: the time
-    # limit is the solve's, compilation is reported apart (stats["compile_seconds"])
-    compile_seconds = _jit.warm("schedule", problem.dag.n)
-    t0 += compile_seconds
     with Progress(None, f"memopt {method}", enabled=progress) as bar, _jit.compile_notes(bar.enabled):
+        # compile (or load) the kernels this call runs compiled before its clock starts: the time
+        # limit is the solve's, compilation is reported apart (stats["compile_seconds"])
+        compile_seconds = _jit.warm("schedule", problem.dag.n)
+        t0 += compile_seconds
         s = Session(problem, time_limit, seed=seed, progress=bar, start=t0)
         if spec.kind == "portfolio":
             res = spec.load()(problem, time_limit=time_limit, seed=seed, session=s)
