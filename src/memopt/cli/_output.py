@@ -38,7 +38,7 @@ def fmt_seconds(res) -> str:
     started (``stats["compile_seconds"]``) when there were any."""
     text = f"{res.seconds:.3f}"
     compiling = (getattr(res, "stats", None) or {}).get("compile_seconds") or 0
-    return text + (f" (+ {compiling:.3f} s compiling kernels)" if compiling >= 0.0005 else "")
+    return text + (f" (+ {compiling:.3f} s compiling or loading kernels)" if compiling >= 0.0005 else "")
 
 
 def fmt_count(n) -> str:
