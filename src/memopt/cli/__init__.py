@@ -95,6 +95,9 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # --help, --version, usage errors (already printed)
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
     try:
+        from memopt import _jit
+
+        _jit.env_mode()  # an unknown $MEMOPT_JIT is refused by every command, before any work
         for path in _input_files(args):
             opt.not_a_device(path)
         code = int(args.func(args) or 0)

@@ -19,7 +19,7 @@ from os import PathLike, fspath
 
 from memopt.errors import OptionError
 
-__all__ = ["fmt_bytes", "fmt_count", "jsonable", "write_json", "format_table", "print_table", "writing",
+__all__ = ["fmt_bytes", "fmt_count", "fmt_seconds", "jsonable", "write_json", "format_table", "print_table", "writing",
            "write_file", "write_json_file", "verdict_on_failure"]
 
 
@@ -83,6 +83,14 @@ def fmt_bytes(n) -> str:
     if k == 0:
         return f"{n} B"
     return f"{n} B ({'-' if n < 0 else ''}{x:.2f} {_UNITS[k]})"
+
+
+def fmt_seconds(res) -> str:
+    """A result's solve seconds, and the seconds spent compiling kernels before its clock
+    started (``stats["compile_seconds"]``) when there were any."""
+    text = f"{res.seconds:.3f}"
+    compiling = (getattr(res, "stats", None) or {}).get("compile_seconds") or 0
+    return text + (f" (+ {compiling:.3f} s compiling or loading kernels)" if compiling >= 0.0005 else "")
 
 
 def fmt_count(n) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 
 from memopt.cli import _options as opt
-from memopt.cli._output import fmt_bytes, print_table, write_json
+from memopt.cli._output import fmt_bytes, fmt_seconds, print_table, write_json
 from memopt.errors import OptionError
 
 _QUESTION_HELP = "exactly one of --memory-limit, --memory-ratio, --cost-budget, --pareto"
@@ -159,7 +159,7 @@ def cmd_remat(args) -> int:
     if kw.get("pareto"):
         print_table([("instance", f"{inst.name} ({inst.num_ops} ops)"), ("cap", args.cap),
                      ("frontier", "complete" if res.complete else "partial (time limit)"),
-                     ("status", res.status), ("seconds", f"{res.seconds:.3f}")])
+                     ("status", res.status), ("seconds", fmt_seconds(res))])
         print()
         print_table([(p.extra_cost if isinstance(p.extra_cost, int) else float(p.extra_cost), int(p.peak), p.status)
                      for p in res.points], header=("extra cost", "peak (bytes)", "status"), align="rrl", indent=2)
@@ -180,7 +180,7 @@ def cmd_remat(args) -> int:
     if res.plan is not None:
         rows.append(("runs", f"{int((res.plan.kind == 0).sum())} ({int((res.plan.kind == 0).sum()) - inst.num_ops} "
                               "recomputations)"))
-    rows.append(("seconds", f"{res.seconds:.3f}"))
+    rows.append(("seconds", fmt_seconds(res)))
     print_table(rows)
     if args.output and res.plan is not None:
         print(f"plan written to {args.output}")

@@ -10,7 +10,7 @@ import argparse
 import time
 
 from memopt.cli import _options as opt
-from memopt.cli._output import fmt_bytes, print_table, verdict_on_failure, write_json, write_json_file
+from memopt.cli._output import fmt_bytes, fmt_seconds, print_table, verdict_on_failure, write_json, write_json_file
 from memopt.errors import CertificateError
 
 #: method kinds in the order ``memopt schedule --help`` lists them
@@ -105,7 +105,7 @@ def cmd_schedule(args) -> int:
         ("peak", fmt_bytes(res.peak)), ("lower bound", fmt_bytes(res.lower_bound)),
         ("gap", fmt_bytes(res.peak - res.lower_bound)), ("status", res.status),
         ("verified", "yes (independent checker)" if res.verified else "NO"),
-        ("seconds", f"{res.seconds:.3f}"),
+        ("seconds", fmt_seconds(res)),
     ])
     print()
     peak = max(int(res.peak), 1)

@@ -128,7 +128,7 @@ def _emit(v, k, mem, peak, top, asz, bsz, order, done, deg, freed, stack, a1, a2
                 top += 1
             else:
                 asz = _push(a1, a2, av, asz, delta[u] - freed[u], delta[u] + transient[u], u)
-                bsz = _push(b1, b2, bv, bsz, delta[u] + transient[u] if rule != 2 else rank[u], 0, u)
+                bsz = _push(b1, b2, bv, bsz, delta[u] + transient[u] if rule != 2 else rank[u], np.int64(0), u)
         elif deg[u] == 1 and is_rel[u]:
             for f in range(pred_ptr[u], pred_ptr[u + 1]):
                 w = pred_idx[f]
@@ -160,12 +160,13 @@ def _greedy_kernel(succ_ptr, succ_idx, pred_ptr, pred_idx, delta, transient, bas
     b1 = np.empty(n + 1, np.int64)
     b2 = np.empty(n + 1, np.int64)
     bv = np.empty(n + 1, np.int64)
-    asz = 0
-    bsz = 0
+    # np.int64(0), not 0: numba would also compile _push/_emit for the argument type Literal[int](0)
+    asz = np.int64(0)
+    bsz = np.int64(0)
     stack = np.empty(n + 1, np.int64)
-    top = 0
+    top = np.int64(0)
     order = np.empty(n, np.int64)
-    k = 0
+    k = np.int64(0)
     mem = base
     peak = base
     # credit releases that wait for one node only
@@ -181,7 +182,7 @@ def _greedy_kernel(succ_ptr, succ_idx, pred_ptr, pred_idx, delta, transient, bas
                 top += 1
             else:
                 asz = _push(a1, a2, av, asz, delta[v] - freed[v], delta[v] + transient[v], v)
-                bsz = _push(b1, b2, bv, bsz, delta[v] + transient[v] if rule != 2 else rank[v], 0, v)
+                bsz = _push(b1, b2, bv, bsz, delta[v] + transient[v] if rule != 2 else rank[v], np.int64(0), v)
     while k < n:
         # releases first, as soon as they are ready
         while top > 0:

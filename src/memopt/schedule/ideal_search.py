@@ -190,10 +190,11 @@ def _start(sc, B, base, delta, succ_ptr, succ_idx, indeg0, is_rel, done, deg, tr
     """Reset the search state to the root (releases ready at the start already run)."""
     n = delta.shape[0]
     done[:] = False
-    deg[:] = indeg0
+    for v in range(indeg0.shape[0]):  # not deg[:] = indeg0: its shape check costs seconds to compile
+        deg[v] = indeg0[v]
     key[:] = 0
     D[:] = 0
-    tlen = 0
+    tlen = np.int64(0)  # not a literal 0, so that _run_cascade's overload is _search's
     mem = base
     for v in range(n):
         if deg[v] == 0 and is_rel[v] and not done[v]:
@@ -314,7 +315,7 @@ def _search(sc, max_expand, delta, trans, succ_ptr, succ_idx, is_rel, alloc_slot
                     m0 = mem
                     tlen, mem = _run_cascade(v, done, deg, trail, tlen, mem, delta, succ_ptr, succ_idx, is_rel)
                     if mem <= m0:
-                        alloc_done += _account(L, tlen, trail, 1, is_rel, alloc_slot, key, D, gplus, use_lb)
+                        alloc_done += _account(L, tlen, trail, np.int64(1), is_rel, alloc_slot, key, D, gplus, use_lb)
                         changed = True
                     else:
                         tlen, mem = _unrun(L, done, deg, trail, tlen, mem, delta, succ_ptr, succ_idx)
@@ -411,7 +412,7 @@ def _search(sc, max_expand, delta, trans, succ_ptr, succ_idx, is_rel, alloc_slot
             f_next[depth] += 1
             L = tlen
             tlen, mem = _run_cascade(v, done, deg, trail, tlen, mem, delta, succ_ptr, succ_idx, is_rel)
-            alloc_done += _account(L, tlen, trail, 1, is_rel, alloc_slot, key, D, gplus, use_lb)
+            alloc_done += _account(L, tlen, trail, np.int64(1), is_rel, alloc_slot, key, D, gplus, use_lb)
             depth += 1
             if depth > sc[_MAXDEPTH]:
                 sc[_MAXDEPTH] = depth
@@ -436,7 +437,7 @@ def _search(sc, max_expand, delta, trans, succ_ptr, succ_idx, is_rel, alloc_slot
             sc[_THR] = e_val
             return 0
         L = f_tlen[depth]
-        alloc_done += _account(L, tlen, trail, -1, is_rel, alloc_slot, key, D, gplus, use_lb)
+        alloc_done += _account(L, tlen, trail, np.int64(-1), is_rel, alloc_slot, key, D, gplus, use_lb)
         tlen, mem = _unrun(L, done, deg, trail, tlen, mem, delta, succ_ptr, succ_idx)
         depth -= 1
         if depth < sc[_MINDEPTH]:

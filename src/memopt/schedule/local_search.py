@@ -391,7 +391,7 @@ def _best_closure_move(i, b, order, delta, trans, base, P, run, pm, pc, sm, sc, 
                 c = cnt - old_seg
             elif old_seg >= 2 and exact_left > 0:
                 exact_left -= 1
-                c = pc[j] + sc[i + b] + _closure_eval(i, b, j, order, delta, trans, P, mark, stamp, thr, True)
+                c = pc[j] + sc[i + b] + _closure_eval(i, b, j, order, delta, trans, P, mark, stamp, thr, np.bool_(True))
             else:
                 continue
         if np_ < bp or (np_ == bp and c < bc):
@@ -446,12 +446,21 @@ def _best_closure_move(i, b, order, delta, trans, base, P, run, pm, pc, sm, sc, 
                 c = cnt - old_seg
             elif old_seg >= 2 and exact_left > 0:
                 exact_left -= 1
-                c = pc[i] + sc[j + 1] + _closure_eval(i, b, j, order, delta, trans, P, mark, stamp, thr, False)
+                c = pc[i] + sc[j + 1] + _closure_eval(i, b, j, order, delta, trans, P, mark, stamp, thr,
+                                                      np.bool_(False))
             else:
                 continue
         if np_ < bp or (np_ == bp and c < bc):
             bp, bc, bj, bstamp = np_, c, j, stamp
     return bp, bc, bj, bstamp, stamp
+
+
+@kernel
+def _copy(dst, src):
+    """``dst[:len(src)] = src`` as a loop: numba's slice assignment checks shapes with an error
+    message whose string formatting costs seconds to compile."""
+    for k in range(src.shape[0]):
+        dst[k] = src[k]
 
 
 @kernel
@@ -502,7 +511,7 @@ def _ils(order, best, delta, trans, base, pred_ptr, pred_idx, succ_ptr, succ_idx
             m += 1
     pos = np.empty(n, np.int64)
     mark = np.zeros(n, np.int64)
-    stamp = 0
+    stamp = np.int64(0)  # not a literal 0: numba would compile the callees for Literal[int](0) too
     tmp = np.empty(n, np.int64)
     inner = np.empty(n, np.int64)
     P = np.empty(n + 1, np.int64)
@@ -522,7 +531,7 @@ def _ils(order, best, delta, trans, base, pred_ptr, pred_idx, succ_ptr, succ_idx
     kcur = state[0] if state[0] > 0 else kick_max
     stall = state[1]
     if state[2] < 0:  # a new walk starts at ``order``
-        home[:] = order
+        _copy(home, order)
         home_peak, home_cnt = peak, cnt
     else:
         home_peak, home_cnt = state[2], state[3]
@@ -533,7 +542,7 @@ def _ils(order, best, delta, trans, base, pred_ptr, pred_idx, succ_ptr, succ_idx
         paused = False
         while peak > base and n_alloc > 0:
             if state[4] < 0:  # a new pass over the allocating nodes, in random order
-                perm[:n_alloc] = np.random.permutation(n_alloc)
+                _copy(perm, np.random.permutation(n_alloc))
                 state[4] = 0
                 state[5] = 0
             while state[4] < n_alloc:
@@ -579,13 +588,13 @@ def _ils(order, best, delta, trans, base, pred_ptr, pred_idx, succ_ptr, succ_idx
             if state[5] == 0:
                 break  # a whole pass without improvement: a local optimum
         if peak < best_peak or (peak == best_peak and cnt < best_cnt):
-            best[:] = order
+            _copy(best, order)
             best_peak, best_cnt = peak, cnt
         if peak < home_peak or (peak == home_peak and cnt < home_cnt):
             if peak < home_peak:
                 kcur = kick_max  # an improvement: back to small kicks
                 stall = 0
-            home[:] = order
+            _copy(home, order)
             home_peak, home_cnt = peak, cnt
         elif not paused:
             kcur = min(kcur + 1, kbig)  # stuck: kick harder (variable neighbourhood)
@@ -597,7 +606,7 @@ def _ils(order, best, delta, trans, base, pred_ptr, pred_idx, succ_ptr, succ_idx
             break  # nothing can beat the bound (or the memory at the start)
         if stall >= stall_limit:
             # restart: a new walk from the initial order, kicked
-            order[:] = init
+            _copy(order, init)
             for k in range(n):
                 pos[order[k]] = k
             home_peak = _POS
@@ -607,7 +616,7 @@ def _ils(order, best, delta, trans, base, pred_ptr, pred_idx, succ_ptr, succ_idx
             nk = 1 + np.random.randint(0, kbig)
         else:
             if peak > home_peak:
-                order[:] = home  # continue the walk from its best order
+                _copy(order, home)  # continue the walk from its best order
                 for k in range(n):
                     pos[order[k]] = k
             nk = 1 + np.random.randint(0, kcur)

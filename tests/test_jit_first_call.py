@@ -1,0 +1,200 @@
+"""First calls: kernels are compiled before a call's clock starts, and ``$MEMOPT_JIT`` is checked.
+
+``memopt.schedule`` / ``memopt.remat`` call :func:`memopt._jit.warm` with their kind before
+their deadline exists; the seconds it takes are ``stats["compile_seconds"]`` and are not part
+of ``seconds``. The table of kernels and signatures (:mod:`memopt._jit_signatures`) must cover
+what a call compiles: after warming, a call compiles nothing. No timing assertions: every
+check below holds whatever the machine's speed and whatever the solver reaches in its time.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+import memopt
+from memopt import _jit
+from memopt._jit_signatures import KINDS, SIGNATURES
+from memopt.errors import OptionError
+
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+MLP = os.path.join(ROOT, "instances", "mlp_train.json")
+LAYERED = os.path.join(ROOT, "..", "shared", "data", "checkmate-graphs",
+                       "random_layered_n100_w0.27_nlv0.75_ed0.2_scd0.14.json")
+
+
+def _layered():
+    if not os.path.exists(LAYERED):
+        pytest.skip(f"shared data absent: {LAYERED}")
+    return memopt.load_graph(LAYERED)
+
+
+def _overloads() -> dict:
+    """Every overload (kernel, signature) memopt holds in this process."""
+    return {(name, sig) for name, sigs in _jit.recorded_signatures().items() for sig in sigs}
+
+
+# ---------------------------------------------------------------------------- MEMOPT_JIT
+
+def test_memopt_jit_bogus_cli_exits_2_with_one_line():
+    env = {**os.environ, "MEMOPT_JIT": "bogus", "PYTHONPATH": os.path.join(ROOT, "src")}
+    proc = subprocess.run([sys.executable, "-m", "memopt", "schedule", MLP], capture_output=True, text=True,
+                          env=env, cwd=ROOT)
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert "MEMOPT_JIT" in lines[0] and "'bogus'" in lines[0] and "auto, pure, compiled" in lines[0]
+    assert "Traceback" not in proc.stderr
+
+
+def test_memopt_jit_bogus_schedule_raises_option_error(monkeypatch):
+    g = memopt.load_graph(MLP)
+    monkeypatch.setenv("MEMOPT_JIT", "bogus")
+    with pytest.raises(OptionError, match="MEMOPT_JIT='bogus'"):
+        memopt.schedule(g, time_limit=1)
+    with pytest.raises(OptionError, match="MEMOPT_JIT='bogus'"):
+        memopt.remat(g, memory_ratio=0.9, time_limit=1)
+
+
+@pytest.mark.parametrize("value, expected", [("", "auto"), ("  ", "auto"), ("pure", "pure"),
+                                             (" Compiled ", "compiled"), ("AUTO", "auto")])
+def test_memopt_jit_accepted_values(monkeypatch, value, expected):
+    monkeypatch.setenv("MEMOPT_JIT", value)
+    assert _jit.env_mode() == expected
+    assert _jit.current_mode() == (expected, None)
+
+
+def test_memopt_jit_unset_is_auto(monkeypatch):
+    monkeypatch.delenv("MEMOPT_JIT", raising=False)
+    assert _jit.env_mode() == "auto"
+
+
+# ---------------------------------------------------------------------------- the table
+
+def test_kernel_table_names_kernels_with_signatures():
+    assert set(KINDS) == {"schedule", "remat"}
+    assert set(_jit.kernels_of("schedule")) < set(_jit.kernels_of("remat"))  # a remat call schedules first
+    assert set(SIGNATURES) == set(_jit.kernels_of("remat"))
+    for kind in KINDS:
+        for name in _jit.kernels_of(kind):
+            d = _jit._dispatcher(name)
+            assert d.py_func.__module__ + "." + d.__name__ == name
+            assert SIGNATURES[name]
+            for text in SIGNATURES[name]:
+                assert isinstance(_jit._signature(text), tuple)
+
+
+def test_every_table_signature_compiles():
+    # warm skips what fails to compile (a stale table must not break a call): check none does
+    with _jit.mode("compiled"):
+        _jit.warm("remat")
+    for name in _jit.kernels_of("remat"):
+        d = _jit._dispatcher(name)
+        assert [t for t in SIGNATURES[name] if _jit._signature(t) not in d.overloads] == [], name
+
+
+def test_unknown_kind_is_an_internal_error():
+    from memopt.errors import InternalError
+
+    with pytest.raises(InternalError):
+        _jit.kernels_of("bogus")
+
+
+def test_warm_in_pure_mode_compiles_nothing():
+    before = _overloads()
+    with _jit.mode("pure"):
+        assert _jit.warm("remat", 10 ** 6) == 0.0
+    assert _overloads() == before
+
+
+def test_warm_on_a_tiny_instance_leaves_uncompiled_kernels_pure(monkeypatch):
+    # size 1 is below every kernel's threshold: auto runs them in pure Python, so warming
+    # compiles none that is not compiled yet (unless its pure calls already cost more than
+    # compiling would, the ski-rental escalation)
+    monkeypatch.delenv("MEMOPT_JIT", raising=False)
+    names = [n for n in _jit.kernels_of("remat") if not _jit.is_compiled(_jit._dispatcher(n))
+             and _jit.pure_seconds(_jit._dispatcher(n)) <= _jit.ESCALATE_SECONDS]
+    assert _jit.warm("remat", 1) >= 0.0
+    assert [n for n in names if _jit.is_compiled(_jit._dispatcher(n))] == []
+
+
+# ---------------------------------------------------------------------------- compile time apart
+
+def test_schedule_reports_compile_seconds_apart_from_seconds():
+    g = memopt.load_graph(MLP)
+    with _jit.mode("compiled"):
+        t = time.perf_counter()
+        r = memopt.schedule(g, time_limit=2)
+        wall = time.perf_counter() - t
+    c = r.stats["compile_seconds"]
+    assert isinstance(c, float) and c >= 0.0
+    # the solve's clock starts after compiling: both intervals lie inside the call
+    assert r.seconds >= 0.0
+    assert r.seconds + c <= wall + 1e-3
+    assert r.to_dict()["stats"]["compile_seconds"] == c
+
+
+def test_remat_reports_compile_seconds_apart_from_seconds():
+    g = memopt.load_graph(MLP)
+    with _jit.mode("compiled"):
+        t = time.perf_counter()
+        r = memopt.remat(g, memory_ratio=0.9, time_limit=2, jobs=1)
+        p = memopt.remat(g, pareto=True, time_limit=1, jobs=1)
+        wall = time.perf_counter() - t
+    for res in (r, p):
+        c = res.stats["compile_seconds"]
+        assert isinstance(c, float) and c >= 0.0
+        assert res.seconds >= 0.0
+    assert r.seconds + r.stats["compile_seconds"] + p.seconds + p.stats["compile_seconds"] <= wall + 1e-3
+    assert r.to_dict()["stats"]["compile_seconds"] == r.stats["compile_seconds"]
+    assert p.to_dict()["stats"]["compile_seconds"] == p.stats["compile_seconds"]
+
+
+def test_cli_table_shows_compile_seconds_after_seconds():
+    from dataclasses import replace
+
+    from memopt.cli._output import fmt_seconds
+
+    r = memopt.schedule(memopt.load_graph(MLP), time_limit=1)
+    assert (fmt_seconds(replace(r, seconds=1.5, stats={"compile_seconds": 2.25}))
+            == "1.500 (+ 2.250 s compiling or loading kernels)")
+    assert fmt_seconds(replace(r, seconds=1.5, stats={"compile_seconds": 0.0})) == "1.500"
+    assert fmt_seconds(replace(r, seconds=1.5, stats={})) == "1.500"
+
+
+def test_cli_json_shows_compile_seconds():
+    env = {**os.environ, "PYTHONPATH": os.path.join(ROOT, "src")}
+    env.pop("MEMOPT_JIT", None)
+    proc = subprocess.run([sys.executable, "-m", "memopt", "schedule", MLP, "--json", "--time-limit", "1"],
+                          capture_output=True, text=True, env=env, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    import json
+
+    doc = json.loads(proc.stdout)
+    assert doc["stats"]["compile_seconds"] >= 0.0
+
+
+# ---------------------------------------------------------------------------- nothing compiles in a solve
+
+def test_schedule_random_layered_n100_compiles_nothing_after_warm():
+    g = _layered()
+    with _jit.mode("compiled"):
+        _jit.warm("schedule")
+        before = _overloads()
+        memopt.schedule(g, time_limit=2)
+        memopt.schedule(g, method="exact", time_limit=1)
+    assert _overloads() == before
+
+
+def test_remat_random_layered_n100_compiles_nothing_after_warm():
+    g = _layered()
+    with _jit.mode("compiled"):
+        _jit.warm("remat")
+        before = _overloads()
+        memopt.remat(g, memory_ratio=0.9, time_limit=2, jobs=1)
+    assert _overloads() == before
