@@ -112,9 +112,13 @@ def test_cost_with_a_huge_negative_exponent_is_refused_not_expanded(tmp_path):
     assert load_graph(gadget_file(tmp_path, "0e-999999999")).op_cost_exact[1] == 0
 
 
-def test_cost_with_a_huge_exponent_is_refused_naming_the_op(tmp_path):
-    with pytest.raises(FormatError, match=r"op 'f'.*2\*\*62"):
+def test_cost_with_a_huge_exponent_is_refused_naming_the_field(tmp_path):
+    with pytest.raises(FormatError, match=r"line 1, column \d+, field 'cost'"):
         load_graph(gadget_file(tmp_path, "1e999999999"))
+    with pytest.raises(FormatError, match=r"op 'f'.*2\*\*62"):
+        load_graph(gadget_file(tmp_path, "4.611686018427387904e18"))        # 2**62 exactly
+    # 2**62 - 1 written with an exponent: its float is 2**62, its decimal value is not
+    assert load_graph(gadget_file(tmp_path, "4.611686018427387903e18")).op_cost_exact[1] == 2**62 - 1
 
 
 def test_cost_1_over_0_is_refused(tmp_path):
