@@ -353,3 +353,30 @@ def test_pareto_frontier_never_holds_a_dominated_point(steps):
 def test_pareto_point_not_below_the_last_is_an_internal_error():
     with pytest.raises(InternalError):
         _with_point([_point(50, 0)], _point(50, 1))
+
+
+# ---------------------------------------------------------------------------- options and sizes
+@pytest.mark.parametrize("text,word", [("1e-999999999", "decimal places"), ("1/0", "zero denominator"),
+                                       ("1e999999999", "2**62"), (str(2**62), "2**62"), ("nan", "finite")])
+def test_cost_budget_option_is_exact_or_refused_in_one_line(tmp_path, capsys, text, word):
+    code, out, err = run(capsys, "remat", gadget_file(tmp_path, "1"), "--cost-budget", text, "--time-limit", "5")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "--cost-budget" in err and word in err
+
+
+def test_cost_budget_option_0_1_is_one_tenth(tmp_path, capsys):
+    code, out, err = run(capsys, "remat", gadget_file(tmp_path, "0.1", "0.2"), "--cost-budget", "0.1", "--json",
+                         "--time-limit", "30")
+    assert code == 0, err
+    d = json.loads(out)
+    assert exact_value(d["cost_budget"], "cost_budget") == Fraction(1, 10)
+    assert exact_value(d["extra_cost"], "extra_cost") <= Fraction(1, 10)
+
+
+def test_size_1_point_0000000000000000001_is_no_whole_number(tmp_path):
+    path = gadget_file(tmp_path, "1")
+    path.write_text(path.read_text().replace('"size": 10', '"size": 1.0000000000000000001'))
+    with pytest.raises(FormatError, match="whole number of bytes"):
+        load_graph(path)
+    path.write_text(path.read_text().replace('1.0000000000000000001', '10.0'))
+    assert int(load_graph(path).tensor_size[0]) == 10

@@ -93,12 +93,9 @@ def _bytes_option(text: str, option: str) -> int:
 
 
 def _budget_option(text: str, option: str):
-    from fractions import Fraction
+    from memopt.io._json import exact_from_text
 
-    try:
-        value = Fraction(str(text).strip())
-    except (ValueError, ZeroDivisionError):
-        raise OptionError(f"{option} must be a number >= 0, got {text!r}") from None
+    value = exact_from_text(text, option, OptionError)   # exact: 0.1 is 1/10; 1e-999999999 refused
     if value < 0 or value >= 2**62:
         raise OptionError(f"{option} must be a number in [0, 2**62), got {text!r}")
     return int(value) if value.denominator == 1 else value

@@ -145,6 +145,25 @@ def exact_value(val, what: str, error=FormatError):
     return int(exact) if exact.denominator == 1 else exact
 
 
+def exact_from_text(text: str, what: str, error=FormatError):
+    """The exact value of a number given as text (a command-line option): ``"p/q"``, or a
+    decimal such as ``0.1`` or ``2.5e-3``, read as :func:`exact_value` reads a file's numbers
+    (a huge exponent is refused, never expanded); ``error`` naming ``what`` otherwise."""
+    from decimal import Decimal, InvalidOperation
+
+    text = str(text).strip()
+    if "/" in text or re.fullmatch(r"-?\d{1,300}", text):
+        return exact_value(text, what, error)
+    try:
+        dec = Decimal(text)
+    except InvalidOperation:
+        raise error(f"{what} must be a number, got {show_number(text)}") from None
+    if not dec.is_finite():
+        raise error(f"{what} must be a finite number, got {show_number(text)}")
+    exact = _decimal_fraction(dec, text, what, error)
+    return int(exact) if exact.denominator == 1 else exact
+
+
 def _decimal_fraction(dec, text: str, what: str, error):
     """The exact Fraction of a finite Decimal, refusing exponents that would need a
     denominator (or numerator) of more than :data:`MAX_DECIMAL_PLACES` digits."""
@@ -264,9 +283,16 @@ def byte_count(val, what: str, error=FormatError) -> int:
     if isinstance(val, float):
         if not math.isfinite(val) or not val.is_integer():
             raise error(f"{what} must be a whole number of bytes, got {show_number(val)}")
-        if val >= MAX_BYTES:
+        if isinstance(val, DecimalText):
+            # the value of the text, not of its float (1.0000000000000000001 is no whole number)
+            exact = exact_value(val, what, error)
+            if not isinstance(exact, int):
+                raise error(f"{what} must be a whole number of bytes, got {show_number(val.text)}")
+            val = exact
+        elif val >= MAX_BYTES:
             raise error(f"{what} is {show_number(val)} bytes, beyond memopt's exact limit of 2**62")
-        val = int(val)
+        else:
+            val = int(val)
     if val < 0:
         raise error(f"{what} is negative: {show_number(val)}")
     if val >= MAX_BYTES:
