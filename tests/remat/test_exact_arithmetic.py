@@ -380,3 +380,31 @@ def test_size_1_point_0000000000000000001_is_no_whole_number(tmp_path):
         load_graph(path)
     path.write_text(path.read_text().replace('1.0000000000000000001', '10.0'))
     assert int(load_graph(path).tensor_size[0]) == 10
+
+
+def _gadget_steps(n):
+    steps = []
+    for i in range(n):
+        steps += [{"run": f"s{i}"}, {"run": f"f{i}"}, {"run": f"g{i}"}, {"free": f"a{i}"}, {"run": f"h{i}"},
+                  {"free": f"b{i}"}, {"run": f"f{i}"}, {"free": f"x{i}"}, {"run": f"k{i}"}, {"free": f"a{i}"},
+                  {"free": f"c{i}"}]
+    return steps
+
+
+@given(st.lists(st.one_of(st.integers(2**53 - 3, 2**53 + 3), st.integers(2**62 - 3, 2**62 - 1),
+                          st.fractions(0, 10, max_denominator=10**9),
+                          st.decimals(0, 10, places=8).map(Fraction)), min_size=1, max_size=4))
+def test_plan_file_round_trip_is_exact_for_costs_near_2_pow_53_2_pow_62_and_decimals(tmp_path_factory, costs):
+    from memopt.io import load_instance
+    from memopt.remat.plan import RematPlan
+
+    path = tmp_path_factory.mktemp("rt") / "g.json"
+    save_graph(gadgets(costs), path)
+    inst = load_instance(path)
+    plan = RematPlan.from_steps(inst.graph, _gadget_steps(len(costs)))
+    ev = evaluate_plan(inst.graph, plan, cap=1)
+    res = RematResult(plan=plan, peak=ev.peak, extra_cost=ev.extra_cost, status="feasible", question="min_cost",
+                      lower_bound=0, cost_lower_bound=0, memory_limit=LIMIT, cap=1)
+    doc = loads(json.dumps(remat_plan_doc(inst, res)), "plan")
+    report = verify_remat_document(inst, doc)
+    assert exact_value(report["extra_cost"], "extra_cost") == sum(Fraction(c) for c in costs) == ev.extra_cost
