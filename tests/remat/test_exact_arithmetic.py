@@ -408,3 +408,16 @@ def test_plan_file_round_trip_is_exact_for_costs_near_2_pow_53_2_pow_62_and_deci
     doc = loads(json.dumps(remat_plan_doc(inst, res)), "plan")
     report = verify_remat_document(inst, doc)
     assert exact_value(report["extra_cost"], "extra_cost") == sum(Fraction(c) for c in costs) == ev.extra_cost
+
+
+def test_api_costs_decimal_0_1_and_fraction_are_exact_and_huge_decimal_exponents_refused():
+    from decimal import Decimal
+
+    assert gadgets([Decimal("0.1")]).op_cost_exact[1] == Fraction(1, 10)
+    assert gadgets([Fraction(2**62 - 1, 1)]).op_cost_exact[1] == 2**62 - 1
+    with pytest.raises(GraphError, match="op 'f0'.*decimal places"):
+        gadgets([Decimal("1e-999999999")])
+    with pytest.raises(GraphError, match="op 'f0'.*2\\*\\*62"):
+        gadgets([Decimal("1e999999999")])
+    with pytest.raises(GraphError, match="op 'f0'.*2\\*\\*62"):
+        gadgets([Fraction(2**62)])

@@ -142,8 +142,11 @@ def _exact_cost(c, label: str):
             raise GraphError(f"compute cost of op {label} must be finite, >= 0 and below 2**62, got {show_value(c)}")
         exact = int(c) if c.is_integer() else Fraction(c)
     elif isinstance(c, (numbers.Rational, Decimal)):
-        if isinstance(c, Decimal) and not c.is_finite():
+        if isinstance(c, Decimal) and (not c.is_finite() or (not c.is_zero() and c.adjusted() > 20)):
             raise GraphError(f"compute cost of op {label} must be finite, >= 0 and below 2**62, got {show_value(c)}")
+        if isinstance(c, Decimal) and not c.is_zero() and c.as_tuple().exponent < -300:
+            # its exact value would need a denominator of over 300 digits (and long to build)
+            raise GraphError(f"compute cost of op {label} has more than 300 decimal places: {show_value(c)}")
         exact = Fraction(c)
         exact = int(exact) if exact.denominator == 1 else exact
     else:
