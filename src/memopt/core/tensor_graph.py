@@ -165,6 +165,20 @@ def _check_costs(values, names: Sequence[str] | None) -> tuple[np.ndarray, tuple
         return repr(names[k]) if names else repr(k)
 
     arr = values if isinstance(values, np.ndarray) else None
+    if arr is None:
+        # fast paths for plain lists of floats or of ints (a million ops in well under a second)
+        try:
+            fast = np.asarray(values)
+        except (ValueError, TypeError, OverflowError):
+            fast = None
+        if fast is not None and fast.ndim == 1 and (fast.dtype.kind in "iu" or (
+                fast.dtype.kind == "f" and not any(isinstance(x, (int, np.integer)) and x > 2**53 for x in values))):
+            arr = fast  # floats given as floats, or ints: nothing lost on the way
+    if arr is not None and arr.ndim == 1 and arr.dtype.kind in "iu" and arr.size:
+        if int(arr.min()) >= 0 and int(arr.max()) < MAX_TOTAL_BYTES:
+            cost = arr.astype(np.float64)
+            # float64 holds every integer up to 2**53 exactly; larger ones keep their exact value
+            return cost, (None if int(arr.max()) <= 2**53 else tuple(arr.tolist()))
     if arr is not None and arr.ndim == 1 and arr.dtype.kind == "f":
         cost = np.asarray(arr, dtype=np.float64)
         bad = ~np.isfinite(cost) | (cost < 0) | (cost >= MAX_TOTAL_BYTES)
