@@ -93,12 +93,9 @@ def _bytes_option(text: str, option: str) -> int:
 
 
 def _budget_option(text: str, option: str):
-    from fractions import Fraction
+    from memopt.io._json import exact_from_text
 
-    try:
-        value = Fraction(str(text).strip())
-    except (ValueError, ZeroDivisionError):
-        raise OptionError(f"{option} must be a number >= 0, got {text!r}") from None
+    value = exact_from_text(text, option, OptionError)   # exact: 0.1 is 1/10; 1e-999999999 refused
     if value < 0 or value >= 2**62:
         raise OptionError(f"{option} must be a number in [0, 2**62), got {text!r}")
     return int(value) if value.denominator == 1 else value
@@ -161,22 +158,20 @@ def cmd_remat(args) -> int:
                      ("frontier", "complete" if res.complete else "partial (time limit)"),
                      ("status", res.status), ("seconds", fmt_seconds(res))])
         print()
-        print_table([(p.extra_cost if isinstance(p.extra_cost, int) else float(p.extra_cost), int(p.peak), p.status)
+        print_table([(_cost_text(p.extra_cost), int(p.peak), p.status)
                      for p in res.points], header=("extra cost", "peak (bytes)", "status"), align="rrl", indent=2)
         return 0
     rows = [("instance", f"{inst.name} ({inst.num_ops} ops)"), ("question", res.question), ("cap", args.cap)]
     if res.question == "min_cost":
         rows.append(("memory limit", fmt_bytes(res.memory_limit)))
     else:
-        rows.append(("cost budget", str(res.cost_budget)))
+        rows.append(("cost budget", _cost_text(res.cost_budget)))
     rows += [("status", res.status), ("method", res.method)]
     if res.plan is not None:
-        rows += [("peak", fmt_bytes(res.peak)), ("extra cost", str(float(res.extra_cost)
-                                                                  if not isinstance(res.extra_cost, int)
-                                                                  else res.extra_cost))]
+        rows += [("peak", fmt_bytes(res.peak)), ("extra cost", _cost_text(res.extra_cost))]
     rows.append(("lower bound (peak)", fmt_bytes(res.lower_bound)))
     if res.question == "min_cost" and res.cost_lower_bound is not None:
-        rows.append(("lower bound (cost)", str(res.cost_lower_bound)))
+        rows.append(("lower bound (cost)", _cost_text(res.cost_lower_bound)))
     if res.plan is not None:
         rows.append(("runs", f"{int((res.plan.kind == 0).sum())} ({int((res.plan.kind == 0).sum()) - inst.num_ops} "
                               "recomputations)"))
@@ -185,6 +180,13 @@ def cmd_remat(args) -> int:
     if args.output and res.plan is not None:
         print(f"plan written to {args.output}")
     return 0
+
+
+def _cost_text(x) -> str:
+    """An exact cost as text, exactly as the JSON output writes it (``0.1``, ``1/3``, ``7``)."""
+    from memopt.io._json import exact_json
+
+    return str(exact_json(x))
 
 
 def _write_json_file(path: str, doc) -> None:

@@ -57,13 +57,12 @@ class StepEvaluation(NamedTuple):
 
 
 def exact_costs(graph: TensorGraph) -> list:
-    """Each op's compute cost as an exact Python number.
-
-    Costs are stored as float64; an integral cost becomes an ``int``, any other becomes the
-    ``Fraction`` equal to the float's exact binary value. Sums of these are exact, so
-    extra costs never suffer rounding (the exact solvers compare them with ``<=``).
+    """Each op's compute cost as an exact Python number (:attr:`TensorGraph.op_cost_exact`):
+    an ``int``, or a ``Fraction`` when not integral, exactly as the graph was given (``0.1``
+    read from a file is ``Fraction(1, 10)``; ``2**53 + 1`` stays itself). Sums of these are
+    exact, so extra costs never suffer rounding (the exact solvers compare them with ``<=``).
     """
-    return [int(c) if float(c).is_integer() else Fraction(float(c)) for c in graph.op_cost.tolist()]
+    return list(graph.op_cost_exact)
 
 
 def _exact_number(x):

@@ -22,7 +22,10 @@ Example
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, field
+from decimal import Decimal
+from fractions import Fraction
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -85,7 +88,7 @@ class Op:
     inputs: tuple[str, ...] = ()
     outputs: tuple[str, ...] = ()
     workspace: int = 0
-    cost: float = 0
+    cost: int | float | Fraction = 0
 
 
 def _csr(rows: np.ndarray, cols: np.ndarray, nrows: int) -> tuple[np.ndarray, np.ndarray]:
@@ -120,7 +123,7 @@ def show_value(x) -> str:
         return f"{float(x):.3e}"
     if isinstance(x, float):
         return repr(x)
-    text = repr(x)
+    text = str(x) if isinstance(x, Fraction) else repr(x)
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -158,23 +161,74 @@ def _check_int_array(values, what: str, names: Sequence[str] | None) -> np.ndarr
     return arr
 
 
-def _check_costs(values, names: Sequence[str] | None) -> np.ndarray:
-    """float64 compute costs, each finite and in ``[0, 2**62)``; an error names the op."""
-    try:
-        cost = np.asarray(values, dtype=np.float64)
-    except (ValueError, TypeError, OverflowError):
-        cost = None
-    if cost is None or cost.ndim != 1:
-        for k, c in enumerate(list(values)):
-            if isinstance(c, bool) or not isinstance(c, (int, float, np.number)):
-                raise GraphError(f"compute cost of op {(names[k] if names else k)!r} is not a number: {show_value(c)}")
+def _exact_cost(c, label: str):
+    """One compute cost as an exact number (``int``, or ``Fraction`` when not integral), or a
+    GraphError naming the op: a number (Python or numpy int, float, Fraction, Decimal), finite,
+    in ``[0, 2**62)``, compared exactly (``2**62 - 1`` is accepted, ``2**62`` refused)."""
+    if isinstance(c, np.generic):
+        c = c.item()
+    if isinstance(c, bool) or not isinstance(c, numbers.Number):
+        raise GraphError(f"compute cost of op {label} is not a number: {show_value(c)}")
+    if isinstance(c, int):
+        exact = c
+    elif isinstance(c, float):
+        if c != c or c in (float("inf"), float("-inf")):
+            raise GraphError(f"compute cost of op {label} must be finite, >= 0 and below 2**62, got {show_value(c)}")
+        exact = int(c) if c.is_integer() else Fraction(c)
+    elif isinstance(c, (numbers.Rational, Decimal)):
+        if isinstance(c, Decimal) and (not c.is_finite() or (not c.is_zero() and c.adjusted() > 20)):
+            raise GraphError(f"compute cost of op {label} must be finite, >= 0 and below 2**62, got {show_value(c)}")
+        if isinstance(c, Decimal) and not c.is_zero() and c.as_tuple().exponent < -300:
+            # its exact value would need a denominator of over 300 digits (and long to build)
+            raise GraphError(f"compute cost of op {label} has more than 300 decimal places: {show_value(c)}")
+        exact = Fraction(c)
+        exact = int(exact) if exact.denominator == 1 else exact
+    else:
+        raise GraphError(f"compute cost of op {label} is not a real number: {show_value(c)}")
+    if not 0 <= exact < MAX_TOTAL_BYTES:
+        raise GraphError(f"compute cost of op {label} must be finite, >= 0 and below 2**62, got {show_value(exact)}")
+    return exact
+
+
+def _check_costs(values, names: Sequence[str] | None) -> tuple[np.ndarray, tuple | None]:
+    """``(float64 costs, exact costs)``; an error names the op. The float64 array guides the
+    kernels' searches; the exact tuple (``int`` or ``Fraction`` per op) is what every reported
+    number and every bound is computed from. ``None`` for the exact part means the float64
+    array is exact (a float64 array was given: each float is its own exact binary value)."""
+    def label(k: int) -> str:
+        return repr(names[k]) if names else repr(k)
+
+    arr = values if isinstance(values, np.ndarray) else None
+    if arr is None:
+        # fast paths for plain lists of floats or of ints (a million ops in well under a second)
+        try:
+            fast = np.asarray(values)
+        except (ValueError, TypeError, OverflowError):
+            fast = None
+        if fast is not None and fast.ndim == 1 and (fast.dtype.kind in "iu" or (
+                fast.dtype.kind == "f" and not any(isinstance(x, (int, np.integer)) and x > 2**53 for x in values))):
+            arr = fast  # floats given as floats, or ints: nothing lost on the way
+    if arr is not None and arr.ndim == 1 and arr.dtype.kind in "iu" and arr.size:
+        if int(arr.min()) >= 0 and int(arr.max()) < MAX_TOTAL_BYTES:
+            cost = arr.astype(np.float64)
+            # float64 holds every integer up to 2**53 exactly; larger ones keep their exact value
+            return cost, (None if int(arr.max()) <= 2**53 else tuple(arr.tolist()))
+    if arr is not None and arr.ndim == 1 and arr.dtype.kind == "f":
+        cost = np.asarray(arr, dtype=np.float64)
+        bad = ~np.isfinite(cost) | (cost < 0) | (cost >= MAX_TOTAL_BYTES)
+        if cost.size and bad.any():
+            k = int(np.flatnonzero(bad)[0])
+            raise GraphError(f"compute cost of op {label(k)} must be finite, >= 0 and below "
+                             f"2**62, got {show_value(float(cost[k]))}")
+        return cost, None
+    if arr is not None and arr.ndim != 1:
         raise GraphError("op_cost must be a flat list of numbers")
-    bad = ~np.isfinite(cost) | (cost < 0) | (cost >= MAX_TOTAL_BYTES)
-    if cost.size and bad.any():
-        k = int(np.flatnonzero(bad)[0])
-        raise GraphError(f"compute cost of op {(names[k] if names else k)!r} must be finite, >= 0 and below "
-                         f"2**62, got {show_value(float(cost[k]))}")
-    return cost
+    try:
+        items = arr.tolist() if arr is not None else list(values)
+    except TypeError:
+        raise GraphError("op_cost must be a flat list of numbers") from None
+    exact = tuple(_exact_cost(c, label(k)) for k, c in enumerate(items))
+    return np.array([float(c) for c in exact], dtype=np.float64), exact
 
 
 def exact_total(arr: np.ndarray) -> int:
@@ -220,7 +274,7 @@ class TensorGraph:
     tensor_output: np.ndarray        # bool [T]
     tensor_resident: np.ndarray      # bool [T]
     op_workspace: np.ndarray         # int64 [N]
-    op_cost: np.ndarray              # float64 [N]
+    op_cost: np.ndarray              # float64 [N]: guides searches; exact values in op_cost_exact
     op_in_ptr: np.ndarray            # CSR op -> input tensors
     op_in_idx: np.ndarray
     op_out_ptr: np.ndarray           # CSR op -> output tensors
@@ -229,6 +283,8 @@ class TensorGraph:
     cons_idx: np.ndarray
     name: str = ""
     _cache: dict = field(default_factory=dict, repr=False, compare=False)
+    #: the exact cost of each op (``int`` or ``Fraction``); ``None``: ``op_cost`` is exact
+    _exact_cost: tuple | None = field(default=None, repr=False, compare=False)
 
     def __getstate__(self):
         # pickled without the cache: it holds only what the fields determine (indexes, compiled
@@ -363,7 +419,7 @@ class TensorGraph:
         out = np.zeros(T, bool) if tensor_output is None else np.asarray(tensor_output, dtype=bool)
         res = np.zeros(T, bool) if tensor_resident is None else np.asarray(tensor_resident, dtype=bool)
         ws = np.zeros(num_ops, np.int64) if op_workspace is None else _check_int_array(op_workspace, "workspace", onames)
-        cost = np.zeros(num_ops, np.float64) if op_cost is None else _check_costs(op_cost, onames)
+        cost, exact_cost = (np.zeros(num_ops, np.float64), None) if op_cost is None else _check_costs(op_cost, onames)
         if ws.shape != (num_ops,) or cost.shape != (num_ops,):
             raise GraphError("op_workspace and op_cost must have one entry per op")
         if out.shape != (T,) or res.shape != (T,):
@@ -401,7 +457,7 @@ class TensorGraph:
             tensor_size=size, tensor_producer=producer, tensor_output=out, tensor_resident=res,
             op_workspace=ws, op_cost=cost, op_in_ptr=op_in_ptr, op_in_idx=op_in_idx,
             op_out_ptr=op_out_ptr, op_out_idx=op_out_idx, cons_ptr=cons_ptr, cons_idx=cons_idx,
-            name=name,
+            name=name, _exact_cost=exact_cost,
         )
         for arr in (size, producer, out, res, ws, cost, op_in_ptr, op_in_idx, op_out_ptr, op_out_idx, cons_ptr, cons_idx):
             arr.setflags(write=False)
@@ -438,6 +494,16 @@ class TensorGraph:
 
     def consumers_of(self, t: int) -> np.ndarray:
         return self.cons_idx[self.cons_ptr[t]:self.cons_ptr[t + 1]]
+
+    @property
+    def op_cost_exact(self) -> tuple:
+        """Each op's compute cost exactly: an ``int``, or a ``Fraction`` when not integral
+        (``0.1`` read from a file is ``Fraction(1, 10)``; a cost given as a Python float is
+        that float's exact binary value). Every extra cost and cost bound is summed from these."""
+        if self._exact_cost is None:
+            object.__setattr__(self, "_exact_cost", tuple(
+                int(c) if c.is_integer() else Fraction(c) for c in self.op_cost.tolist()))
+        return self._exact_cost
 
     @property
     def is_input(self) -> np.ndarray:
@@ -523,7 +589,7 @@ class TensorGraph:
         >>> g = TensorGraph.build([Tensor("x", 4), Tensor("y", 2, output=True)], [Op("f", ("x",), ("y",))])
         >>> G = g.to_networkx()
         >>> dict(G.nodes["f"]) == {"output_bytes": 2, "outputs": {"y": 2}, "reads": ["x"], "workspace": 0,
-        ...                        "cost": 0.0}
+        ...                        "cost": 0}
         True
         >>> G.graph["inputs"], G.graph["graph_outputs"]
         ({'x': 4}, ['y'])
@@ -536,7 +602,7 @@ class TensorGraph:
                        graph_outputs=[tn[t] for t in np.flatnonzero(self.tensor_output).tolist()],
                        resident=[tn[t] for t in np.flatnonzero(self.tensor_resident).tolist()])
         producer = self.tensor_producer.tolist()
-        costs = [c.item() if isinstance(c, np.generic) else c for c in self.op_cost]
+        costs = list(self.op_cost_exact)
         carried: dict[tuple[int, int], list[str]] = {}
         for i, n in enumerate(self.op_names):
             reads = []

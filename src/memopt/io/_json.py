@@ -54,6 +54,11 @@ def show_number(val) -> str:
             f"an integer of {digits} digits"
     if isinstance(val, float):
         return repr(val)
+    from fractions import Fraction
+
+    if isinstance(val, Fraction):
+        text = str(val)
+        return text if len(text) <= 60 else f"about {float(val):.6e}"
     if isinstance(val, str):
         return repr(val if len(val) <= 60 else val[:57] + "...")
     text = repr(val)
@@ -73,6 +78,105 @@ def _parse_float(text: str) -> float:
         raise _BadNumber(text, f"the number {text[:40]}{'...' if len(text) > 40 else ''} "
                                "overflows a float (memopt needs finite numbers)")
     return val
+
+
+class DecimalText(float):
+    """A JSON number with a fraction or an exponent: the float value, and ``text``, the literal
+    as written, from which :func:`exact_value` reads its exact decimal value."""
+
+    __slots__ = ("text",)
+
+    def __new__(cls, value: float, text: str):
+        obj = super().__new__(cls, value)
+        obj.text = text
+        return obj
+
+    def __reduce__(self):
+        return (DecimalText, (float(self), self.text))
+
+
+def _parse_float_text(text: str) -> DecimalText:
+    return DecimalText(_parse_float(text), text)
+
+
+#: Exact decimals with more digits after the point than this are refused (their exact value
+#: would need a denominator of that many digits).
+MAX_DECIMAL_PLACES = 300
+
+
+def exact_value(val, what: str, error=FormatError):
+    """The exact value of a number read from a file: an ``int`` stays one; a number written
+    with a fraction or an exponent (:class:`DecimalText`) is the exact value of its decimal
+    text (``0.1`` is ``Fraction(1, 10)``, ``5.0`` is ``5``); a string ``"p/q"`` or ``"p"``
+    (integers, ``q > 0``) is that fraction; a bare float (data not read by :func:`loads`) is
+    the value of its shortest text, as :func:`exact_json` writes it. An
+    integral value is returned as an ``int``, any other as a ``Fraction``. Anything else
+    raises ``error`` naming ``what``."""
+    from decimal import Decimal, InvalidOperation
+    from fractions import Fraction
+
+    if isinstance(val, bool):
+        raise error(f"{what} must be a number, got {show_number(val)}")
+    if isinstance(val, int):
+        return val
+    if isinstance(val, Fraction):
+        exact = val
+    elif isinstance(val, DecimalText):
+        try:
+            dec = Decimal(val.text)
+        except InvalidOperation:  # pragma: no cover (the JSON parser accepted it as a number)
+            raise error(f"{what} is not a number: {show_number(val.text)}") from None
+        exact = _decimal_fraction(dec, val.text, what, error)
+    elif isinstance(val, float):
+        if not math.isfinite(val):
+            raise error(f"{what} must be a finite number, got {show_number(val)}")
+        exact = Fraction(repr(val))
+    elif isinstance(val, str):
+        m = re.fullmatch(r"\s*(-?\d{1,300})\s*(?:/\s*(\d{1,300})\s*)?", val)
+        if not m:
+            raise error(f"{what} must be a number or an exact fraction text such as \"1/10\", "
+                        f"got {show_number(val)}")
+        den = int(m.group(2) or 1)
+        if den == 0:
+            raise error(f"{what} has a zero denominator: {show_number(val)}")
+        exact = Fraction(int(m.group(1)), den)
+    else:
+        raise error(f"{what} must be a number, got {show_number(val)}")
+    return int(exact) if exact.denominator == 1 else exact
+
+
+def exact_from_text(text: str, what: str, error=FormatError):
+    """The exact value of a number given as text (a command-line option): ``"p/q"``, or a
+    decimal such as ``0.1`` or ``2.5e-3``, read as :func:`exact_value` reads a file's numbers
+    (a huge exponent is refused, never expanded); ``error`` naming ``what`` otherwise."""
+    from decimal import Decimal, InvalidOperation
+
+    text = str(text).strip()
+    if "/" in text or re.fullmatch(r"-?\d{1,300}", text):
+        return exact_value(text, what, error)
+    try:
+        dec = Decimal(text)
+    except InvalidOperation:
+        raise error(f"{what} must be a number, got {show_number(text)}") from None
+    if not dec.is_finite():
+        raise error(f"{what} must be a finite number, got {show_number(text)}")
+    exact = _decimal_fraction(dec, text, what, error)
+    return int(exact) if exact.denominator == 1 else exact
+
+
+def _decimal_fraction(dec, text: str, what: str, error):
+    """The exact Fraction of a finite Decimal, refusing exponents that would need a
+    denominator (or numerator) of more than :data:`MAX_DECIMAL_PLACES` digits."""
+    from fractions import Fraction
+
+    if dec.is_zero():
+        return Fraction(0)
+    exp = dec.as_tuple().exponent
+    if exp < -MAX_DECIMAL_PLACES:
+        raise error(f"{what} has more than {MAX_DECIMAL_PLACES} decimal places: {show_number(text)}")
+    if dec.adjusted() > MAX_INT_DIGITS:
+        raise error(f"{what} is {show_number(text)}, beyond memopt's limit of 2**62")
+    return Fraction(dec)
 
 
 def _parse_constant(text: str):
@@ -116,7 +220,7 @@ def loads(text: str, where: str):
     """``json.loads`` for memopt: every failure is a :class:`FormatError` that starts with
     ``where`` and gives the line and column (and the field, for a number out of range)."""
     try:
-        return json.loads(text, parse_int=_parse_int, parse_float=_parse_float,
+        return json.loads(text, parse_int=_parse_int, parse_float=_parse_float_text,
                           parse_constant=_parse_constant)
     except _BadNumber as bad:
         pos = _bad_number_position(text, bad)
@@ -179,9 +283,16 @@ def byte_count(val, what: str, error=FormatError) -> int:
     if isinstance(val, float):
         if not math.isfinite(val) or not val.is_integer():
             raise error(f"{what} must be a whole number of bytes, got {show_number(val)}")
-        if val >= MAX_BYTES:
+        if isinstance(val, DecimalText):
+            # the value of the text, not of its float (1.0000000000000000001 is no whole number)
+            exact = exact_value(val, what, error)
+            if not isinstance(exact, int):
+                raise error(f"{what} must be a whole number of bytes, got {show_number(val.text)}")
+            val = exact
+        elif val >= MAX_BYTES:
             raise error(f"{what} is {show_number(val)} bytes, beyond memopt's exact limit of 2**62")
-        val = int(val)
+        else:
+            val = int(val)
     if val < 0:
         raise error(f"{what} is negative: {show_number(val)}")
     if val >= MAX_BYTES:
@@ -204,15 +315,17 @@ def int_field(obj: dict, key: str, where: str, default=None) -> int:
     return byte_count(val, f"{where}: field {key!r}")
 
 
-def cost_field(obj: dict, key: str, where: str, default=None) -> float:
-    """A compute cost: a finite number in ``[0, 2**62)`` (JSON int or float)."""
+def cost_field(obj: dict, key: str, where: str, default=None):
+    """A compute cost, exactly (:func:`exact_value`: an ``int``, or a ``Fraction`` such as
+    ``Fraction(1, 10)`` for the text ``0.1`` or ``"1/10"``) in ``[0, 2**62)``."""
     if key not in obj and default is not None:
         return default
     val = require(obj, key, where)
-    if isinstance(val, bool) or not isinstance(val, (int, float)):
+    if isinstance(val, bool) or not isinstance(val, (int, float, str)):
         raise FormatError(f"{where}: field {key!r} must be a non-negative number, got {show_number(val)}")
     if isinstance(val, float) and not math.isfinite(val):
         raise FormatError(f"{where}: field {key!r} must be a finite number, got {show_number(val)}")
+    val = exact_value(val, f"{where}: field {key!r}")
     if val < 0:
         from memopt.errors import GraphError
 
@@ -220,6 +333,31 @@ def cost_field(obj: dict, key: str, where: str, default=None) -> float:
     if val >= MAX_BYTES:
         raise FormatError(f"{where}: field {key!r} is {show_number(val)}, beyond memopt's limit of 2**62")
     return val
+
+
+def exact_json(x):
+    """An exact number (``int`` or ``Fraction``) as JSON data that :func:`exact_value` reads back
+    as exactly that number: an integer as a JSON integer; a ``Fraction`` as a JSON number when
+    the shortest text of its nearest float is exactly its decimal value (``0.1`` for
+    ``Fraction(1, 10)``), else as the string ``"p/q"`` (``"1/3"``). ``None`` stays ``None``."""
+    from fractions import Fraction
+
+    if x is None or isinstance(x, bool):
+        return x
+    if hasattr(x, "dtype") and hasattr(x, "item"):
+        x = x.item()
+    if isinstance(x, float):
+        x = Fraction(x)
+    if isinstance(x, int):
+        return x
+    if isinstance(x, Fraction):
+        if x.denominator == 1:
+            return x.numerator
+        f = float(x)
+        if Fraction(repr(f)) == x:
+            return f
+        return f"{x.numerator}/{x.denominator}"
+    raise TypeError(f"not an exact number: {x!r}")
 
 
 def bool_field(obj: dict, key: str, where: str, default: bool = False) -> bool:

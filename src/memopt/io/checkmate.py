@@ -78,7 +78,7 @@ def _instance_from_node_link(doc: dict, path: str | None, where: str) -> Instanc
     labels = []
     index: dict = {}
     sizes = np.empty(len(nodes), np.int64)
-    costs = np.empty(len(nodes), np.float64)
+    costs = [0] * len(nodes)   # exact (int or Fraction): TensorGraph keeps them
     for k, node in enumerate(nodes):
         nwhere = f"{where}: node #{k}"
         ident = require(node, id_key, nwhere)

@@ -19,7 +19,7 @@ import numpy as np
 
 from memopt.core import Op, Program, Statement, Tensor, TensorGraph
 from memopt.errors import FormatError, GraphError, ScheduleError
-from memopt.io._json import bool_field, cost_field, int_field, read_json, require, show_number
+from memopt.io._json import bool_field, cost_field, exact_json, int_field, read_json, require, show_number
 from memopt.io.checkmate import instance_from_node_link, is_node_link
 from memopt.io.instance import Instance
 
@@ -96,9 +96,9 @@ def graph_to_doc(graph: TensorGraph) -> dict:
                "outputs": [graph.tensor_names[t] for t in graph.outputs_of(v)]}
         if graph.op_workspace[v]:
             rec["workspace"] = int(graph.op_workspace[v])
-        c = float(graph.op_cost[v])
+        c = graph.op_cost_exact[v]
         if c:
-            rec["cost"] = int(c) if c.is_integer() else c
+            rec["cost"] = exact_json(c)
         ops.append(rec)
     return {"format": GRAPH_FORMAT, "version": VERSION, "name": graph.name, "tensors": tensors, "ops": ops}
 

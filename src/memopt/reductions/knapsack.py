@@ -48,6 +48,9 @@ class KnapsackInstance:
             for i, x in enumerate(seq):
                 if isinstance(x, bool) or not isinstance(x, (int, np.integer)) or x < 0:
                     raise OptionError(f"knapsack: {name} of item {i} must be an integer >= 0, got {x!r}")
+                if x >= 2**62:
+                    # a weight is a tensor size and a value an op cost: both below memopt's exact limit
+                    raise OptionError(f"knapsack: {name} of item {i} is {int(x)}, beyond memopt's limit of 2**62")
         if isinstance(self.capacity, bool) or not isinstance(self.capacity, (int, np.integer)) or self.capacity < 0:
             raise OptionError(f"knapsack: capacity must be an integer >= 0, got {self.capacity!r}")
         object.__setattr__(self, "weights", tuple(int(x) for x in w))

@@ -627,6 +627,16 @@ def remat(graph, *, memory_limit=None, memory_ratio=None, cost_budget=None, pare
     return res.with_(seconds=time.perf_counter() - call.t0, stats={**res.stats, **stats})
 
 
+def _with_point(points: list, q: RematResult) -> list:
+    """``points`` (peak decreasing, cost increasing) with ``q`` appended, whose peak is below
+    every point's, and without the points it dominates: an earlier point with a cost ``>=``
+    q's (found when time ran short, before a cheaper plan with a lower peak turned up)."""
+    if points and q.peak >= points[-1].peak:
+        raise InternalError("pareto-order", f"a frontier point (peak {q.peak}) is not below the last one "
+                                            f"(peak {points[-1].peak})")
+    return [p for p in points if p.extra_cost < q.extra_cost] + [q]
+
+
 def _pareto(call: _Call) -> ParetoResult:
     """Points from cost 0 upwards: min peak at budget 0, then repeatedly the cheapest plan
     below the last peak, tightened to the least peak at that cost."""
@@ -651,7 +661,7 @@ def _pareto(call: _Call) -> ParetoResult:
                         status="feasible" if c.status != "optimal" else "feasible")
         if c.status == "optimal" and q.status != "optimal":
             q = q.with_(status="feasible")
-        points.append(q)
+        points = _with_point(points, q)
     status = "optimal" if complete and all(p.status == "optimal" for p in points) else "feasible"
     return ParetoResult(points=points, complete=complete, status=status, seconds=time.perf_counter() - call.t0,
                         cap=list(call.p.caps), method=call.method,

@@ -158,7 +158,7 @@ def check_plan(graph: TensorGraph, plan, cap=None, *, aliases: Mapping | None = 
             during = constant + sum(sizes[t] for t in live) + int(graph.op_workspace[x])
             peak = max(peak, during)
             if runs[x] >= 1:
-                extra += Fraction(float(graph.op_cost[x]))
+                extra += Fraction(graph.op_cost_exact[x])
             runs[x] += 1
         else:
             name = graph.tensor_names[x]

@@ -62,6 +62,7 @@ import math
 import time
 from fractions import Fraction
 
+from memopt.remat.lower_bounds import bound_units
 from memopt.remat.model_common import (RematProblem, ancestor_counts, byte_scale, core_fixed_caps, cost_scale,
                                        count_vector_model,
                                        finish_result, footprint_bound, model_budget, nogood_fixed_caps, plan_from_slots,
@@ -403,7 +404,13 @@ def solve_cpsat(problem, question: str, *, memory_limit: int | None = None, cost
     elif status == cp_model.INFEASIBLE:
         proven = ("infeasible",)
     elif status in (cp_model.OPTIMAL, cp_model.FEASIBLE) or math.isfinite(solver.best_objective_bound):
-        units = math.ceil(solver.best_objective_bound - 1e-6)
+        if status == cp_model.OPTIMAL and question == "min_cost":
+            # the optimum read from the solution, exactly (the float64 bound may be rounded)
+            units = sum(cs[v] for v in range(p.n) for j in range(1, K[v]) if cs[v] and solver.boolean_value(pres[v][j]))
+        elif status == cp_model.OPTIMAL:
+            units = solver.value(P)
+        else:
+            units = bound_units(solver.best_objective_bound)
         if status == cp_model.UNKNOWN and units <= -(2**53):
             proven = None
         elif question == "min_cost":
@@ -540,7 +547,8 @@ def _decompose(full: RematProblem, early, cb, deadline: float, seed: int, num_wo
         if st != cp_model.OPTIMAL:
             return False, None
         y = {v: sum(solver.boolean_value(x) for x in b[v]) for v in pos}
-        return Fraction(round(solver.objective_value)) / factor, y
+        # the optimum's value from y itself (exact), not the solver's float objective
+        return Fraction(sum(scaled[v] * y[v] for v in pos)) / factor, y
 
     while time.perf_counter() < deadline - 0.05:
         if early.incumbent is not None and Fraction(early.incumbent_cost) <= lb:

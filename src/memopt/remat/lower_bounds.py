@@ -145,7 +145,7 @@ def peak_lower_bound_details(graph: TensorGraph, cap=1, *, trap: bool = True, tr
     """
     caps = resolve_caps(graph, cap)
     if cost_budget is not None:
-        costs = graph.op_cost.tolist()
+        costs = graph.op_cost_exact
         caps = [0 if costs[v] > cost_budget else (1 << 62 if caps is None else caps[v]) for v in range(graph.num_ops)]
     n, T = graph.num_ops, graph.num_tensors
     size = [int(s) for s in graph.tensor_size]
@@ -319,7 +319,7 @@ def held_inputs_graph(graph: TensorGraph, rerun) -> TensorGraph:
         num_ops=graph.num_ops,
         tensor_output=np.concatenate([graph.tensor_output, np.zeros(k, bool)]),
         tensor_resident=np.concatenate([resident, np.zeros(k, bool)]),
-        op_workspace=ws, op_cost=graph.op_cost, check_acyclic=False)
+        op_workspace=ws, op_cost=graph.op_cost_exact, check_acyclic=False)
 
 
 def _spike_target(graph: TensorGraph, v: int, rerun: set, desc) -> tuple[int, int] | None:
@@ -388,7 +388,7 @@ def rerun_graph(graph: TensorGraph, rerun, forced) -> TensorGraph:
         tensor_output=np.concatenate([base.tensor_output, np.zeros(k, bool)]),
         tensor_resident=np.concatenate([base.tensor_resident, np.zeros(k, bool)]),
         op_workspace=np.asarray(ws, np.int64),
-        op_cost=np.concatenate([np.asarray(base.op_cost, float), np.zeros(len(targets))]), check_acyclic=False)
+        op_cost=list(base.op_cost_exact) + [0] * len(targets), check_acyclic=False)
 
 
 def rerun_trap_exceeds(graph: TensorGraph, rerun, forced, limit: int, *, deadline: float = float("inf"),
@@ -678,17 +678,42 @@ class CostBound(NamedTuple):
     cuts: tuple = ()
 
 
-def _scaled_costs(costs) -> tuple[list[int], Fraction]:
-    """Integer costs ``floor(c * factor)`` and the factor; rounding down keeps a minimum of
-    scaled costs divided by the factor a lower bound on the true minimum."""
+def floor_scaled_costs(costs, terms: int) -> tuple[list[int], Fraction, bool]:
+    """``(scaled, factor, exact)`` with ``scaled[i] = floor(c_i * factor)``, for models whose
+    totals add up at most ``terms`` costs; ``exact``: every ``c_i * factor`` is an integer.
+    Rounding down keeps a minimum of scaled costs divided by the factor a lower bound on the
+    true minimum. Every total stays below ``2**62``, so the solvers' int64 sums cannot
+    overflow: the factor is the lcm of the denominators when that fits (exact), else a power
+    of two leaving totals below ``2**40`` (below 1 for costs near ``2**62``), computed in
+    exact arithmetic. Read a solver's float64 objective bound with :func:`bound_units`."""
+    costs = [Fraction(c) for c in costs]
     den = 1
     for c in costs:
-        den = math.lcm(den, Fraction(c).denominator)
-    top = max([Fraction(c) for c in costs] + [Fraction(1)])
-    if top * den * max(1, len(costs)) < 2**50:
-        return [int(Fraction(c) * den) for c in costs], Fraction(den)
-    factor = Fraction(2) ** max(0, int(math.floor(math.log2(2**40 / float(top * max(1, len(costs)))))))
-    return [math.floor(Fraction(c) * factor) for c in costs], factor
+        den = math.lcm(den, c.denominator)
+    top = max(costs + [Fraction(1)]) * max(1, terms)
+    if top * den < 2**62:
+        return [int(c * den) for c in costs], Fraction(den), True
+    # the largest e with top * 2**e < 2**40 (e < 0 when costs are large)
+    e = 40 - math.ceil(math.log2(top))
+    while top * Fraction(2) ** e >= 2**40:
+        e -= 1
+    while top * Fraction(2) ** (e + 1) < 2**40:
+        e += 1
+    factor = Fraction(2) ** e
+    scaled = [math.floor(c * factor) for c in costs]
+    return scaled, factor, all(c * factor == s for c, s in zip(costs, scaled))
+
+
+def bound_units(bound: float) -> int:
+    """The least integer a solver's float64 objective bound proves, soundly: a bound of an
+    integer model at or above ``2**53`` may have been rounded up by up to ``2**-53`` of its
+    value, so a margin of ``2**-50`` of it (below 1 under ``2**50``) is taken off first."""
+    return math.ceil(bound - 1e-6 - abs(bound) * 2.0**-50)
+
+
+def _scaled_costs(costs) -> tuple[list[int], Fraction]:
+    """:func:`floor_scaled_costs` for a model that adds up each cost at most once."""
+    return floor_scaled_costs(costs, len(costs))[:2]
 
 
 def min_hitting_set(cores, costs, deadline: float, clauses=(), upper=None, pool=None, cuts=()) -> tuple[object, tuple, bool]:
@@ -750,10 +775,10 @@ def min_hitting_set(cores, costs, deadline: float, clauses=(), upper=None, pool=
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return Fraction(0), (), False
     chosen = tuple(v for v in ops if solver.boolean_value(x[v]))
-    units = max(0, math.ceil(solver.best_objective_bound - 1e-6))
+    units = max(0, bound_units(solver.best_objective_bound))
     optimal = status == cp_model.OPTIMAL
     if optimal:
-        units = int(round(solver.objective_value))
+        units = sum(c for v, c in zip(ops, scaled) if solver.boolean_value(x[v]))
     return Fraction(units) / factor, chosen, optimal
 
 

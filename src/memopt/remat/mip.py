@@ -208,7 +208,8 @@ def solve_mip(problem, question: str, *, memory_limit: int | None = None, cost_b
         if not math.isfinite(dual):
             proven = None
         else:
-            units = math.ceil(dual - 1e-6)
+            # SCIP's tolerances are relative: a margin of 1e-6 of the value keeps the bound sound
+            units = math.ceil(dual - 1e-6 * max(1.0, abs(dual)))
             if question == "min_cost":
                 proven = ("cost", Fraction(max(0, units - first)) / factor)
             else:

@@ -171,19 +171,11 @@ def cost_scale(p: RematProblem) -> tuple[list[int], Fraction, bool]:
     ``scaled[v] = floor(c(v) * factor)``. ``exact`` is true when every ``c(v) * factor`` is an
     integer (then model costs are the true costs times ``factor``). Rounding down keeps every
     model a relaxation of the true cost: ``sum scaled / factor <= true extra cost``, so model
-    bounds stay valid lower bounds either way."""
-    costs = [Fraction(c) for c in p.costs]
-    den = 1
-    for c in costs:
-        den = den * c.denominator // math.gcd(den, c.denominator)
-    top = max([c for c in costs] + [Fraction(1)])
-    runs = max(1, p.max_extra_runs + p.n)
-    if top * den * runs < 2**50:
-        return [int(c * den) for c in costs], Fraction(den), True
-    # non-dyadic-friendly floats: a power-of-two factor with about 2**40 of headroom
-    factor = Fraction(2) ** max(0, int(math.floor(math.log2(2**40 / float(top * runs)))))
-    scaled = [math.floor(c * factor) for c in costs]
-    return scaled, factor, all(c * factor == s for c, s in zip(costs, scaled))
+    bounds stay valid lower bounds either way. Model totals stay below ``2**62``
+    (:func:`memopt.remat.lower_bounds.floor_scaled_costs`): int64 sums cannot overflow."""
+    from memopt.remat.lower_bounds import floor_scaled_costs
+
+    return floor_scaled_costs(p.costs, p.max_extra_runs + p.n)
 
 
 # ---------------------------------------------------------------------------- plans
@@ -452,6 +444,8 @@ def nogood_fixed_caps(p: RematProblem, caps, nogoods, incumbent_cost, *, strict:
     from ortools.sat.python import cp_model
 
     caps = list(caps)
+    from memopt.remat.lower_bounds import bound_units
+
     scaled, factor, _ = cost_scale(p)     # floor-scaled: probes stay lower bounds when inexact
     U = Fraction(incumbent_cost) * factor
     pos = [v for v in range(p.n) if caps[v] > 0 and p.costs[v] != 0]
@@ -479,7 +473,7 @@ def nogood_fixed_caps(p: RematProblem, caps, nogoods, incumbent_cost, *, strict:
         if st in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             y = {v: sum(solver.boolean_value(x) for x in b[v]) for v in pos}
         bound = solver.best_objective_bound
-        return (math.ceil(bound - 1e-6) if math.isfinite(bound) else 0), y
+        return (bound_units(bound) if math.isfinite(bound) else 0), y
 
     changed = True
     while changed and time.perf_counter() < deadline:

@@ -30,7 +30,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from memopt.io._json import plain_data
+from memopt.io._json import exact_json, exact_value, plain_data
 
 from memopt.errors import FormatError
 
@@ -41,29 +41,18 @@ QUESTIONS = ("min_cost", "min_peak")
 
 
 def json_number(x):
-    """An exact cost as JSON: an ``int`` stays one, a ``Fraction`` becomes the nearest float."""
-    if x is None:
-        return None
-    if isinstance(x, Fraction):
-        return int(x) if x.denominator == 1 else float(x)
-    if isinstance(x, (np.integer,)):
-        return int(x)
-    if isinstance(x, (float, np.floating)):
-        return int(x) if float(x).is_integer() else float(x)
-    return x
+    """An exact cost as JSON data (:func:`memopt.io._json.exact_json`): an ``int`` stays one, a
+    ``Fraction`` becomes a JSON number whose text is exactly its value (``0.1``) or, when no
+    short decimal is, the string ``"p/q"``."""
+    return exact_json(x)
 
 
 def exact_number(x):
-    """Inverse of :func:`json_number` for reading: ints stay ints, floats become exact Fractions."""
+    """Inverse of :func:`json_number` for reading (:func:`memopt.io._json.exact_value`): ints
+    stay ints, numbers are read from their decimal text, ``"p/q"`` strings as fractions."""
     if x is None:
         return None
-    if isinstance(x, bool):
-        raise FormatError(f"expected a number, got {x!r}")
-    if isinstance(x, int):
-        return x
-    if isinstance(x, float):
-        return int(x) if x.is_integer() else Fraction(x)
-    raise FormatError(f"expected a number, got {x!r}")
+    return exact_value(x, "cost")
 
 
 @dataclass(frozen=True)

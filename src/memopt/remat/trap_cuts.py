@@ -226,7 +226,7 @@ def budget_peak_bound(graph: TensorGraph, cost_budget, cap=1, *, time_limit: flo
 
     from ortools.sat.python import cp_model
 
-    from memopt.remat.lower_bounds import _scaled_costs
+    from memopt.remat.lower_bounds import _scaled_costs, bound_units
     from memopt.remat.plan import exact_costs
 
     n = graph.num_ops
@@ -260,7 +260,7 @@ def budget_peak_bound(graph: TensorGraph, cost_budget, cap=1, *, time_limit: flo
     solver.parameters.num_workers = 1
     st = solver.solve(m)
     if st == cp_model.OPTIMAL:
-        return max(floor, int(round(solver.objective_value)))
+        return max(floor, int(solver.value(P)))
     if st == cp_model.FEASIBLE:
-        return max(floor, int(math.ceil(solver.best_objective_bound - 1e-6)))
+        return max(floor, bound_units(solver.best_objective_bound))
     return floor
