@@ -1,4 +1,4 @@
-"""Load speed of real traces (issue 24, item 8).
+"""Load speed of real traces: MoE routing logs against a plain json.loads loop, KV attention traces in JSON lines against .npz.
 
 **Routes.** :func:`memopt.cache.load_routes` on the five Qwen1.5-MoE layer logs of
 ``../shared/data/moe-routes`` (``drop_warmup=True``: 87,140 requests) against a plain loop
