@@ -25,7 +25,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import assume, given, settings, strategies as st
 
 from memopt.errors import OptionError
 from memopt.remat import check_plan
@@ -149,8 +149,7 @@ def _fitting_case(seed):
 @given(st.integers(0, 10**6))
 def test_hint_is_a_solution_and_never_dearer(seed):
     case = _fitting_case(seed)
-    if case is None:
-        return
+    assume(case is not None)
     g, order, cap, p, limit, hint = case
     hint_cost = evaluate(p, plan_from_runs(p, staged_runs(order, staged_reruns(p, hint, order))))[1]
     assert Fraction(hint_cost) <= Fraction(evaluate(p, plan_from_runs(p, hint))[1])
@@ -173,8 +172,7 @@ def test_hint_is_a_solution_and_never_dearer(seed):
 @given(st.integers(0, 10**6))
 def test_window_over_everything_is_the_full_model(seed):
     case = _fitting_case(seed)
-    if case is None:
-        return
+    assume(case is not None)
     g, order, cap, p, limit, hint = case
     full = solve_stages(p, hint, limit, time_limit=20, strict=False)
     whole = solve_stages(p, hint, limit, time_limit=20, strict=False, window=(0, len(order) + 1))
