@@ -284,6 +284,7 @@ def _check_fixed_caps(g, p, limit, cap, cost, slack, fix):
     assert min_extra_cost(g, limit, loose)[0] == cost
 
 
+@pytest.mark.slow
 @settings(max_examples=20, deadline=None)
 @given(st.integers(0, 10**6), st.integers(1, 2), st.floats(0, 1), st.integers(0, 8))
 def test_caps_fixed_on_the_cores_keep_every_plan_below_the_incumbent(seed, cap, where, slack):
