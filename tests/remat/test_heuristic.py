@@ -22,7 +22,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from hypothesis import assume, given, reject, settings, strategies as st
+from hypothesis import given, reject, settings, strategies as st
 
 from memopt.core import peak
 from memopt.errors import OptionError
@@ -168,7 +168,10 @@ def test_random_layered_graphs_get_a_plan_within_nine_tenths_of_the_start(name):
 @given(st.integers(0, 10**6), st.integers(1, 2), st.sampled_from([0.9, 0.8, 0.7]))
 def test_lns_keeps_a_fitting_plan_never_dearer_and_never_below_the_optimum(seed, cap, ratio):
     g, p, _, limit, greedy = _heuristic_case(seed, cap, ratio, lns=False)
-    assume(greedy.status in ("optimal", "feasible"))   # else no plan within the limit to improve
+    if greedy.status not in ("optimal", "feasible"):
+        # no plan within the limit to improve (often, at 0.7): the greedy says so soundly
+        assert greedy.status in ("unknown", "infeasible") and (greedy.plan is None or greedy.peak > limit)
+        return
     runs, plan, pk, cost, stats = improve_by_lns(p, greedy.plan.runs().tolist(), limit,
                                                  deadline=float("inf"), seed=seed, patience=20)
     assert check_plan(g, plan, cap) == (pk, cost)
