@@ -21,7 +21,8 @@ from memopt.errors import OptionError
 from memopt.remat import check_plan, remat
 from memopt.remat.model_common import RematProblem, evaluate, plan_from_runs
 from memopt.remat.registry import method_names as remat_methods
-from memopt.remat.stage_model import first_run_order, improve_by_stages, staged_reruns, staged_runs
+from memopt.remat.stage_model import (first_run_order, improve_by_stages, solve_stages, staged_reruns,
+                                      staged_runs)
 from memopt.schedule import schedule
 from memopt.schedule.brute_force import random_tensor_graph
 from memopt.schedule.registry import method_names as schedule_methods
@@ -57,6 +58,19 @@ def test_improve_by_stages_from_a_plan_whose_staged_form_does_not_fit(deadline):
     check_plan(g, got["plan"], cap=1, claimed_peak=got["peak"], claimed_extra_cost=got["extra_cost"])
     if deadline == 0.0:
         assert (got["runs"], got["status"], got["stats"]["windows"]) == ([0, 1, 1, 0, 2], "unknown", 0)
+
+
+def test_a_window_is_solved_only_over_a_hint_that_fits():
+    """Outside a window the hint's stages are kept unchecked, so over the two-sources plan
+    (staged: 70 > 60) a window returns ``unknown`` without solving; the whole model (5 ops:
+    it decides at once) finds A, B, A, C (60 bytes, extra cost 1)."""
+    g = _two_sources()
+    p = RematProblem.of(g, 1)
+    got = solve_stages(p, [0, 1, 1, 0, 2], 60, time_limit=600, window=(0, 2))
+    assert (got["runs"], got["status"], got["hint_cost"]) == (None, "unknown", None)
+    whole = solve_stages(p, [0, 1, 1, 0, 2], 60, time_limit=600)
+    assert (whole["runs"], whole["peak"], whole["extra_cost"], whole["status"]) == ([0, 1, 0, 2], 60, 1, "optimal")
+    check_plan(g, whole["plan"], cap=1, claimed_peak=60, claimed_extra_cost=1)
 
 
 def test_improve_by_stages_refuses_runs_above_the_limit():
