@@ -32,8 +32,8 @@ TINY = 1e-3
 
 def _two_sources():
     """A and B (workspace 50) make a and b (10 bytes each) that only C reads. The plan
-    A, B, B, A, C peaks at 60 (the second B runs beside b's old copy freed, no a); its staged
-    form A, B, A, B, C runs the second B beside a: 70."""
+    A, B, B, A, C peaks at 60 (the first a and b are freed unread, so the second B runs with
+    nothing else live); its staged form A, B, A, B, C runs the second B beside a: 70."""
     return TensorGraph.build(
         [Tensor("a", 10), Tensor("b", 10), Tensor("c", 1, output=True)],
         [Op("A", (), ("a",), cost=1), Op("B", (), ("b",), workspace=50, cost=2), Op("C", ("a", "b"), ("c",), cost=1)])
