@@ -286,11 +286,10 @@ def test_three_partition_reduction_yes_and_no(numbers, answer):
 @pytest.mark.parametrize("k", [2, 3])
 def test_three_partition_no_instance_stays_no_for_larger_caps(k):
     """The burns at work: with k = 2, 3 a no-instance has no plan within the limit (CP-SAT
-    proves it), while a yes-instance's plan from its partition meets limit and budget exactly.
-    The time limit is what the proof needs, not more: with no plan to stop it, the
-    decomposition runs its whole share (half the limit) and the full model then proves the
-    instance infeasible in seconds (k = 3 on two cores: 481 s at 900 s, most of it the
-    decomposition's 450 s)."""
+    finds none, and on two idle cores proves it), while a yes-instance's plan from its
+    partition meets limit and budget exactly. With no plan to stop it, the decomposition runs
+    its whole share (half the limit) and the full model then proves the instance infeasible in
+    seconds (k = 3 on two cores: 481 s at 900 s, most of it the decomposition's 450 s)."""
     no = ThreePartitionInstance((6, 6, 6, 6, 7, 9))
     red = three_partition_to_remat(no, cap=k)
     r = _decide(no, red, False, 900.0)
