@@ -156,8 +156,15 @@ def test_modes_and_env(monkeypatch):
             assert _jit.choose(_greedy_kernel, 1) is _greedy_kernel
         assert _jit.current_mode() == ("pure", None)
     with _jit.mode("auto", size=5):
-        if not _jit.is_compiled(_greedy_kernel):
-            assert _jit.choose(_greedy_kernel) is _jit.pure(_greedy_kernel)     # the block's size
+        # the block's size is small: the timed pure twin while its budget lasts, unless compiled
+        acc = _jit._account(_greedy_kernel)
+        saved, acc[1] = acc[1], 0.0
+        with monkeypatch.context() as m:
+            m.setattr(_jit, "is_compiled", lambda d: False)
+            assert _jit.choose(_greedy_kernel) is acc[2] and acc[2].__wrapped__ is _jit.pure(_greedy_kernel)
+            m.setattr(_jit, "is_compiled", lambda d: True)
+            assert _jit.choose(_greedy_kernel) is _greedy_kernel
+        acc[1] = saved
         assert _jit.choose(_greedy_kernel, 10 ** 9) is _greedy_kernel           # large: compiled
     monkeypatch.setenv("MEMOPT_JIT", "pure")
     assert _jit.choose(_greedy_kernel, 10 ** 9) is _jit.pure(_greedy_kernel)

@@ -64,7 +64,7 @@ def test_bad_arguments(synth):
         replay(synth, 300, overhead_limit=0.5)
     with pytest.raises(MemoptError, match="negative budget"):
         replay(synth, -1)
-    with pytest.raises(Exception, match="unknown tensor name"):
+    with pytest.raises(MemoptError, match="unknown tensor name"):
         replay(synth, 300, keep_resident=frozenset({"nope"}))
 
 

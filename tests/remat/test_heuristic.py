@@ -169,7 +169,9 @@ def test_random_layered_graphs_get_a_plan_within_nine_tenths_of_the_start(name):
 def test_lns_keeps_a_fitting_plan_never_dearer_and_never_below_the_optimum(seed, cap, ratio):
     g, p, _, limit, greedy = _heuristic_case(seed, cap, ratio, lns=False)
     if greedy.status not in ("optimal", "feasible"):
-        return  # the greedy found no plan within the limit: nothing to improve
+        # no plan within the limit to improve (often, at 0.7): the greedy says so soundly
+        assert greedy.status in ("unknown", "infeasible") and (greedy.plan is None or greedy.peak > limit)
+        return
     runs, plan, pk, cost, stats = improve_by_lns(p, greedy.plan.runs().tolist(), limit,
                                                  deadline=float("inf"), seed=seed, patience=20)
     assert check_plan(g, plan, cap) == (pk, cost)

@@ -8,7 +8,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import assume, given, settings, strategies as st
 
 from memopt.core import Op, Tensor, TensorGraph, peak
 from memopt.core.remat import evaluate_steps
@@ -254,8 +254,6 @@ def test_an_incumbent_that_meets_the_cost_bound_needs_no_search():
 # ---------------------------------------------------------------------------- reduced-cost fixing
 # proofs/remat_exact_models.md, Lemma 7: caps fixed on the cores keep every plan cheaper
 # than the incumbent; the strict model proves the incumbent optimal by being infeasible
-@settings(max_examples=20, deadline=None)
-
 def _rerun_case(seed, cap, where):
     """A skewed 6-op graph and a limit below its no-recomputation optimum that some plan meets
     (re-runs are needed; ``where`` in [0, 1] places it), with the least extra cost there."""
@@ -285,14 +283,16 @@ def _check_fixed_caps(g, p, limit, cap, cost, slack, fix):
         assert got is None or got == cost
     assert min_extra_cost(g, limit, loose)[0] == cost
 
+
+@pytest.mark.slow
+@settings(max_examples=20, deadline=None)
 @given(st.integers(0, 10**6), st.integers(1, 2), st.floats(0, 1), st.integers(0, 8))
 def test_caps_fixed_on_the_cores_keep_every_plan_below_the_incumbent(seed, cap, where, slack):
     from memopt.remat.lower_bounds import cost_lower_bound
     from memopt.remat.model_common import core_fixed_caps
 
     case = _rerun_case(seed, cap, where)
-    if case is None:
-        return
+    assume(case is not None)
     g, p, limit, cost = case
     cb = cost_lower_bound(g, limit, cap, time_limit=5)
     _check_fixed_caps(g, p, limit, cap, cost, slack,
@@ -380,8 +380,7 @@ def test_caps_fixed_on_the_no_goods_keep_every_plan_below_the_incumbent(seed, ca
     from memopt.remat.model_common import nogood_fixed_caps
 
     case = _rerun_case(seed, cap, where)
-    if case is None:
-        return
+    assume(case is not None)
     g, p, limit, cost = case
     positive = [v for v in range(p.n) if p.costs[v] != 0]
     nogoods = [{v: 0 for v in core} for core in cost_lower_bound(g, limit, cap, time_limit=5).cores]

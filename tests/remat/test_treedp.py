@@ -291,6 +291,7 @@ def test_time_limit_returns_the_incumbent():
     assert over.status in ("time_limit", "infeasible") and over.plan is None
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(st.tuples(st.integers(0, 2**32 - 1), st.integers(2, 8), st.integers(0, 2), st.booleans()))
 def test_held_tensor_rule_keeps_the_optimum(args):

@@ -219,7 +219,8 @@ def solve_stages(p: RematProblem, runs, memory_limit: int, *, time_limit: float,
     among staged sequences). ``window=(a, b)``: only the re-runs of stages ``a..b-1`` are
     free, the others and the tensors live at the start of stages ``a`` and ``b`` are the
     hint's (a neighbourhood: memory outside the window can only drop, since the same runs
-    there find at most the same tensors live). Returns a dict: ``runs`` / ``plan`` / ``peak``
+    there find at most the same tensors live; so a window is solved only when the staged
+    hint fits, else it returns ``unknown`` at once). Returns a dict: ``runs`` / ``plan`` / ``peak``
     / ``extra_cost`` of the cheaper of the model's plan and the staged hint (``None`` if
     neither fits), ``status`` (``optimal``: the least cost over staged sequences [in the
     window], ``feasible``, ``unknown``), ``hint_cost`` (the staged hint's cost if it fits),
@@ -248,7 +249,8 @@ def solve_stages(p: RematProblem, runs, memory_limit: int, *, time_limit: float,
     if footprint_bound(p) > memory_limit:
         result["status"] = "infeasible"
         return result
-    if a0 >= b0:
+    if a0 >= b0 or (not hint_fits and (a0, b0) != (0, n + 1)):
+        # outside a window the hint's stages are kept unchecked: only a fitting hint bounds them
         return result
 
     g = byte_scale(p)
@@ -457,16 +459,26 @@ def improve_by_stages(p: RematProblem, runs, memory_limit: int, *, deadline: flo
     each solved by :func:`solve_stages` with the current plan as hint (strict: only cheaper
     plans), the cheaper plan kept; sweeps until a sweep improves nothing or ``deadline``.
     Returns the :func:`solve_stages`-like dict of the best plan (the staged ``runs`` if
-    nothing is cheaper; ``runs`` must fit), with ``stats``: windows solved, improved, proved
-    (no cheaper plan in the window)."""
+    nothing is cheaper, or ``runs`` itself, status ``unknown``, if its staged form does not
+    fit), with ``stats``: windows solved, improved, proved (no cheaper plan in the window).
+    ``runs`` must fit ``memory_limit`` (:class:`OptionError` otherwise)."""
+    runs = [int(v) for v in runs]
     order = first_run_order(runs)
     n = len(order)
     best = solve_stages(p, runs, memory_limit, time_limit=0.0, window=(0, 0))
     if best["runs"] is None:
-        raise InternalError("stage-windows", "improve_by_stages needs a plan within the limit")
+        # staging moves re-runs (into the order of first runs, one per op and stage), which
+        # can raise the peak of a plan that fits; a window needs a fitting hint (its stages
+        # outside are not checked): ``runs`` is returned as it is
+        plan = plan_from_runs(p, runs)
+        pk, cost = evaluate(p, plan)
+        if pk > memory_limit:
+            raise OptionError(f"improve_by_stages: the given runs peak at {pk}, above the limit {memory_limit}")
+        best = {"runs": runs, "plan": plan, "peak": pk, "extra_cost": cost, "status": "unknown",
+                "hint_cost": None, "stats": {}}
     stats = {"windows": 0, "improved": 0, "proved": 0, "start_cost": best["extra_cost"]}
     step = max(1, width // 2)
-    improved = True
+    improved = best["hint_cost"] is not None
     while improved and time.perf_counter() < deadline:
         improved = False
         for a in range(0, n + 1, step):
