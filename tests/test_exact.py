@@ -23,6 +23,9 @@ SOLVERS = {
     "cpsat": lambda d, **kw: solve_cpsat(d, num_workers=1, **kw),
     "scip": lambda d, **kw: solve_scip(d, **kw),
 }
+# the full ideal search against brute force on tensor graphs and programs costs ~20 s per test
+# (its trap bounds on every draw): in CI's second step; its plain variant stays in the default run
+SOLVER_PARAMS = [pytest.param(name, marks=pytest.mark.slow) if name == "ideal_search" else name for name in SOLVERS]
 
 
 def check_result(dag: SignedDAG, r, optimum: int) -> None:
@@ -68,7 +71,7 @@ def random_signed_dag(rng: np.random.Generator, n: int) -> SignedDAG:
 graph_cases = st.tuples(st.integers(0, 2**32 - 1), st.integers(1, 9))
 
 
-@pytest.mark.parametrize("solver", list(SOLVERS))
+@pytest.mark.parametrize("solver", SOLVER_PARAMS)
 @settings(max_examples=40)
 @given(case=graph_cases)
 def test_exact_equals_brute_force_on_tensor_graphs(solver, case):
@@ -80,7 +83,7 @@ def test_exact_equals_brute_force_on_tensor_graphs(solver, case):
     check_result(dag, SOLVERS[solver](dag, time_limit=30), opt)
 
 
-@pytest.mark.parametrize("solver", list(SOLVERS))
+@pytest.mark.parametrize("solver", SOLVER_PARAMS)
 @settings(max_examples=30)
 @given(case=st.tuples(st.integers(0, 2**32 - 1), st.integers(1, 11)))
 def test_exact_equals_brute_force_on_statement_programs(solver, case):

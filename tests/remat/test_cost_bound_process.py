@@ -102,6 +102,7 @@ def test_a_cancelled_bound_never_exceeds_the_brute_force_optimum(seed, cap, cut,
     assert all(rerun & set(core) for core in cb.cores)
 
 
+@pytest.mark.slow  # a child process and a 10 s+ auto run: in CI's second step
 def test_auto_runs_the_bound_beside_the_heuristic_and_checks_the_plan():
     """``late_reuse_ddpm_unet`` (103 ops) at 0.9 of its optimal no-recomputation peak: with two
     jobs the bound comes from the child; the plan is checked as ever, and the bound is below it."""

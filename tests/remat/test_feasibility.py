@@ -163,6 +163,7 @@ def test_last_run_bound_on_two_heavy_branches():
     assert (r.status, r.peak) == ("optimal", 53)
 
 
+@pytest.mark.slow  # brute force on every draw (~25 s): in CI's second step
 @SETTINGS
 @given(st.tuples(st.integers(0, 10**6), st.integers(1, 7), st.booleans()))
 def test_last_run_bound_never_exceeds_the_least_peak(args):

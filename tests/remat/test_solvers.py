@@ -330,6 +330,7 @@ def test_core_fixing_keeps_only_the_runs_below_the_incumbent_and_the_model_prove
 
 
 # proofs/remat_exact_models.md, Lemma 9: the relaxed oracle of the decomposition
+@pytest.mark.slow  # 25 brute-force searches (~25 s): in CI's second step
 @settings(max_examples=25, deadline=None)
 @given(st.integers(0, 10**6), st.integers(1, 2), st.integers(0, 2**12))
 def test_relaxing_the_other_ops_never_raises_the_least_peak(seed, cap, pick):
@@ -370,6 +371,7 @@ def test_the_relaxed_oracle_proves_a_three_run_op_optimal_by_a_no_good_on_it_alo
 
 
 # proofs/remat_exact_models.md, Lemma 7': reduced-cost fixing over no-goods on re-run counts
+@pytest.mark.slow  # 20 CP-SAT models against brute force (~40 s): in CI's second step
 @settings(max_examples=20, deadline=None)
 @given(st.integers(0, 10**6), st.integers(1, 2), st.floats(0, 1), st.integers(0, 8), st.integers(0, 2**24))
 def test_caps_fixed_on_the_no_goods_keep_every_plan_below_the_incumbent(seed, cap, where, slack, pick):
