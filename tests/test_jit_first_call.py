@@ -198,3 +198,23 @@ def test_remat_random_layered_n100_compiles_nothing_after_warm():
         before = _overloads()
         memopt.remat(g, memory_ratio=0.9, time_limit=2, jobs=1)
     assert _overloads() == before
+
+
+def test_warm_compiles_a_mid_size_instance_even_with_a_cold_cache(tmp_path):
+    """Between the pure-Python threshold and COLD_FACTOR times it, ``choose`` on a cold cache
+    runs pure Python; a call must not (a later call, with the kernel on disk, runs compiled), so
+    ``warm`` compiles such sizes whatever the cache holds. Asked in a fresh process with an empty
+    NUMBA_CACHE_DIR, nothing compiled (``_would_compile`` only decides)."""
+    code = (
+        "from memopt import _jit\n"
+        "from memopt.core._kernels import kahn_order\n"
+        "assert not _jit.on_disk(kahn_order) and not _jit.is_compiled(kahn_order)\n"
+        "hit = _jit._LIMIT.get(id(kahn_order))\n"
+        "limit = hit[1] if hit is not None and hit[0] is kahn_order else _jit.PURE_MAX\n"
+        "assert _jit.COLD_FACTOR > 1\n"
+        "print(_jit._would_compile(kahn_order, limit + 1, 'auto'), _jit._would_compile(kahn_order, limit, 'auto'))\n"
+    )
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path), "MEMOPT_JIT": "auto"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "False"]

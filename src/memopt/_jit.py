@@ -421,12 +421,15 @@ def _dispatcher(name: str):
 
 
 def _would_compile(dispatcher, size: int | None, m: str) -> bool:
-    """Whether :func:`choose` would now return the compiled kernel (no accounting side effect)."""
+    """Whether a call of this size runs the compiled kernel once the kernel is in numba's disk
+    cache (no accounting side effect). Unlike :func:`choose`, the cold-cache allowance
+    (:data:`COLD_FACTOR`) is left out: :func:`warm` compiles before the clock starts, so a first
+    call runs the same code as every later one instead of pure Python in between."""
     if m == "compiled" or size is None or is_compiled(dispatcher):
         return True
     hit = _LIMIT.get(id(dispatcher))
     limit = hit[1] if hit is not None and hit[0] is dispatcher else PURE_MAX
-    if size <= limit or (size <= COLD_FACTOR * limit and not on_disk(dispatcher)):
+    if size <= limit:
         return pure_seconds(dispatcher) > (ESCALATE_SECONDS if on_disk(dispatcher) else ESCALATE_COLD_SECONDS)
     return True
 
