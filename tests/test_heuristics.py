@@ -61,6 +61,70 @@ def test_inductor_tie_break_follows_the_input_order():
     assert inductor_best_order(g, base).tolist() == base  # baseline ties lpmf and dfs at 17, and comes first
 
 
+def _lpmf_by_scan(view):
+    """Inductor's ``topological_sort_lpmf`` as written there: a scan of the ready set per op."""
+    n = view.n
+    indegree = [len(view.pred_nodes[v]) for v in range(n)]
+    ready = {v for v in range(n) if indegree[v] == 0}
+    outdegree = {t: len(view.consumers[t]) + view.is_output[t] for t in range(len(view.size)) if view.tracked[t]}
+    live = sum(view.size[t] for t in view.freeable_inputs)
+    max_memory = max(live, sum(view.size[t] for t in range(len(view.size)) if view.is_output[t] and view.tracked[t]))
+    to_free = [sum(view.size[t] for t in view.pred_buffers[v] if outdegree[t] == 1)
+               + sum(view.size[t] for t in view.outputs[v] if outdegree[t] == 0) for v in range(n)]
+    order = []
+    while ready:
+        sel = min(ready, key=lambda v: (max(live + view.node_size[v], max_memory),
+                                        view.node_size[v] - to_free[v], view.index[v]))
+        ready.remove(sel)
+        order.append(sel)
+        live += view.node_size[sel]
+        max_memory = max(max_memory, live)
+        live -= to_free[sel]
+        for s in view.succ_nodes[sel]:
+            indegree[s] -= 1
+            if indegree[s] == 0:
+                ready.add(s)
+        for t in view.pred_buffers[sel]:
+            outdegree[t] -= 1
+            if outdegree[t] == 1:
+                for c in view.consumers[t]:
+                    to_free[c] += view.size[t]
+    return order
+
+
+@settings(max_examples=150)
+@given(random_graphs(max_ops=14), st.integers(0, 2**32 - 1))
+def test_lpmf_selects_as_the_scan_of_the_ready_set(g, seed):
+    from memopt.schedule.inductor import _InductorView, _lpmf
+
+    base = g.topological_order() if seed % 2 else None
+    view = _InductorView(g, base)
+    assert _lpmf(view) == _lpmf_by_scan(view)
+
+
+def test_inductor_baselines_stop_at_their_deadline():
+    import time
+
+    import memopt
+    from memopt.schedule.inductor import OutOfTime
+    from memopt.schedule.registry import get_method
+    from memopt.core.problem import SchedulingProblem
+
+    for fn in (lpmf_order, bfs_order, dfs_order, inductor_best_order):
+        g = random_tensor_graph(np.random.default_rng(3), 600)   # a new graph: no order computed on it yet
+        with pytest.raises(OutOfTime):
+            fn(g, deadline=time.perf_counter() - 1.0)
+        assert len(fn(g, deadline=time.perf_counter() + 3600)) == g.num_ops
+    g = random_tensor_graph(np.random.default_rng(3), 600)
+    problem = SchedulingProblem(g)
+    for name in ("lpmf", "bfs", "dfs", "inductor"):
+        res = get_method(name).load()(problem, time_limit=0.0)
+        assert res.order is None and res.stats["timed_out"] is True
+    # a named baseline out of time is skipped, never the call's deadline
+    r = memopt.schedule(g, time_limit=0)
+    assert r.order is not None
+
+
 def test_inductor_estimate_ignores_workspace_like_inductor():
     g = two_branches(workspace=100)
     order = [0, 1, 2, 3, 4]

@@ -49,3 +49,23 @@ def test_a_named_method_returns_its_own_order():
 
         r = memopt.schedule(g, method="bfs", time_limit=1)
         assert r.method == "bfs" and r.order.tolist() == bfs_order(g, g.topological_order()).tolist()
+
+
+def test_a_check_that_cannot_fit_the_time_limit_is_skipped_and_said(monkeypatch, tmp_path):
+    """The certificate's independent check is linear in the DAG; where it would take the call
+    more than a second past its time limit it is skipped: no certificate, ``verified`` false,
+    the reason in ``stats["verification"]``, and never ``certified``."""
+    from memopt.cli import main
+    from memopt.io import save_graph
+    from memopt.schedule import portfolio
+
+    g = random_tensor_graph(np.random.default_rng(5), 12)
+    monkeypatch.setattr(portfolio, "VERIFY_SECONDS_PER_ITEM", 10.0)   # as if the DAG were enormous
+    r = memopt.schedule(g, time_limit=1)
+    assert r.certificate is None and r.verified is False and r.status != "certified"
+    assert r.stats["verification"].startswith("skipped: the independent check")
+    assert r.peak == peak(g, r.order)
+    path = tmp_path / "g.json"
+    save_graph(g, str(path))
+    assert main(["schedule", str(path), "--time-limit", "1", "--certificate", str(tmp_path / "c.json")]) == 2
+    assert not (tmp_path / "c.json").exists()

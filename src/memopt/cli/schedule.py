@@ -11,7 +11,7 @@ import time
 
 from memopt.cli import _options as opt
 from memopt.cli._output import fmt_bytes, fmt_seconds, print_table, verdict_on_failure, write_json, write_json_file
-from memopt.errors import CertificateError
+from memopt.errors import CertificateError, OptionError
 
 #: method kinds in the order ``memopt schedule --help`` lists them
 _KIND_TITLES = (("portfolio", "portfolios"), ("baseline", "baselines"), ("class", "optimal on a graph class"),
@@ -92,6 +92,9 @@ def cmd_schedule(args) -> int:
     inst = _load(args.file)
     res = schedule_instance(inst, method=args.method, time_limit=time_limit, seed=args.seed,
                             progress=not args.json)
+    if args.certificate and res.certificate is None:
+        raise OptionError(f"--certificate {args.certificate}: no certificate was checked within the time limit "
+                          f"({res.stats.get('verification', 'not verified')}); give a larger --time-limit")
     if args.output:
         write_json_file(args.output, _plan_doc(inst, res), "-o")
     if args.certificate:
@@ -104,7 +107,8 @@ def cmd_schedule(args) -> int:
         ("instance", f"{inst.name} ({inst.num_ops} ops)"), ("method", res.method),
         ("peak", fmt_bytes(res.peak)), ("lower bound", fmt_bytes(res.lower_bound)),
         ("gap", fmt_bytes(res.peak - res.lower_bound)), ("status", res.status),
-        ("verified", "yes (independent checker)" if res.verified else "NO"),
+        ("verified", "yes (independent checker)" if res.verified
+         else "NO (" + res.stats.get("verification", "not checked") + ")"),
         ("seconds", fmt_seconds(res)),
     ])
     print()
