@@ -1,13 +1,16 @@
 """Capped recomputation on the published graphs: memopt's methods, and Moccasin side by side.
 
     python benchmarks/remat_table.py [--time-limit 300] [--graphs NAME ...] [--ratios 0.9 0.8]
-        [--caps 2 1] [--methods auto cpsat ...] [--moccasin PATH] [--json out.json]
+        [--caps 2 1] [--methods auto cpsat ...] [--moccasin PATH] [--json out.json] [--real]
     python benchmarks/remat_table.py --from-json run1.json run2.json    # merge saved runs
 
 Instances: every training graph in ``../shared/data/checkmate-graphs/`` (``*_train_nx.json``),
 the four random layered graphs there (Gagrani et al.; n100, n250, n500, n1000) and the
-late-reuse networks of ``instances/late_reuse_*.json`` (``instances/make_instances.py``).
-``--graphs`` keeps the instances whose name contains one of the given words (or loads the
+late-reuse networks of ``instances/late_reuse_*.json`` (``instances/make_instances.py``);
+with ``--real`` instead, the real-network training graphs ``benchmarks/corpus/train_*.json``
+(one training step, forward and backward, of the models of :mod:`memopt.zoo.real`, written
+by ``benchmarks/real_corpus.py --training``; tune on :data:`memopt.zoo.real.TUNING`, judge
+on the rest). ``--graphs`` keeps the instances whose name contains one of the given words (or loads the
 given files). For each graph, ``P0`` is the least no-recomputation peak, from
 :func:`memopt.schedule` (its ``status`` says whether it is proved); for each ratio ``r`` the
 memory limit is ``M = floor(r * P0)`` bytes, and every method answers the same question:
@@ -25,6 +28,9 @@ total compute of all runs: ``(extra - cost LB) / (total + extra)``; 0 when prove
 the gap on the extra cost alone, ``(extra - cost LB) / extra``, is larger and is printed in the
 summary),
 ``seconds`` (wall clock of the whole ``memopt.remat`` call, including its own baseline).
+The summary counts the targets: rows proved, rows with neither a plan nor a proof
+(``unknown``), plans within twice the proved lower bound on the extra cost, and calls that
+ended more than a second after their time limit.
 
 Moccasin (Bartan et al., ICML 2023, ``haoming-codes/moccasin``, GPL-3.0) runs where a local,
 patched copy is given (``--moccasin PATH``: the copy's root with ``src/moccasin``, or the
@@ -69,6 +75,7 @@ from fractions import Fraction
 HERE = os.path.dirname(os.path.abspath(__file__))
 SHARED = os.path.join(HERE, "..", "..", "shared", "data", "checkmate-graphs")
 INSTANCES = os.path.join(HERE, "..", "instances")
+CORPUS = os.path.join(HERE, "corpus")
 
 #: Run by ``python -c`` in the subprocess: loads the file as Moccasin's ``main.py`` does, runs
 #: its ``remat`` and writes the run sequence (file labels) and its statistics as JSON.
@@ -115,6 +122,11 @@ def default_graphs() -> list[str]:
                     key=lambda f: int(os.path.basename(f).split("_n")[1].split("_")[0]))
     files += sorted(glob.glob(os.path.join(INSTANCES, "late_reuse_*.json")))
     return files
+
+
+def real_graphs() -> list[str]:
+    """The real-network training graphs (forward and backward of one step) of the corpus."""
+    return sorted(glob.glob(os.path.join(CORPUS, "train_*.json")))
 
 
 def short_name(path: str) -> str:
@@ -189,6 +201,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--graphs", nargs="+", metavar="NAME",
                     help="instances whose name contains one of these words, or graph files")
+    ap.add_argument("--real", action="store_true",
+                    help="only the real-network training graphs of benchmarks/corpus/train_*.json "
+                         "(written by benchmarks/real_corpus.py --training)")
     ap.add_argument("--ratios", type=float, nargs="+", default=[0.9, 0.8])
     ap.add_argument("--caps", type=int, nargs="+", default=[2, 1])
     ap.add_argument("--methods", nargs="+", default=None,
@@ -219,7 +234,7 @@ def main(argv=None) -> int:
 
     import memopt
 
-    files = default_graphs()
+    files = real_graphs() if args.real else default_graphs()
     if args.graphs:
         given = [g for g in args.graphs if os.path.isfile(g)]
         words = [g for g in args.graphs if not os.path.isfile(g)]
@@ -252,6 +267,7 @@ def main(argv=None) -> int:
                 limit = math.floor(Fraction(str(ratio)) * p0)
                 for cap in args.caps:
                     common = {"graph": name, "ops": graph.num_ops, "P0": p0, "P0 status": p0_status,
+                              "time limit": args.time_limit,
                               "P0 seconds": round(p0_seconds, 2), "ratio": ratio, "cap": cap, "limit": limit}
                     for m in methods:
                         bar.set_status(f"{name} r={ratio} cap={cap} {m}")
@@ -324,6 +340,15 @@ def summarize(rows: list[dict]) -> None:
         mine = [by[k + (m,)] for k in keys if k + (m,) in by]
         done = sum(r["status"] in ("optimal", "infeasible") for r in mine)
         print(f"{m}: proved (optimal or infeasible) {done}/{len(mine)}")
+        unknown = [r for r in mine if r["status"] == "unknown"]
+        print(f"  no plan and no proof (unknown): {len(unknown)}/{len(mine)}"
+              + "".join(f"\n    {r['graph']} ratio {r['ratio']} cap {r['cap']}" for r in unknown))
+        planned = [r for r in mine if r.get("extra") is not None and r.get("cost LB") is not None]
+        within = sum(Fraction(r["extra"]) <= 2 * Fraction(r["cost LB"]) for r in planned)
+        print(f"  extra cost within 2x of the proved lower bound: {within}/{len(planned)} rows with a plan")
+        late_rows = [r for r in mine if "time limit" in r and r["seconds"] > r["time limit"] + 1]
+        print(f"  ended later than the time limit + 1 s: {len(late_rows)}/{len(mine)}"
+              + "".join(f"\n    {r['graph']} ratio {r['ratio']} cap {r['cap']}: {r['seconds']} s" for r in late_rows))
         gaps = [r for r in mine if r["status"] == "feasible" and r.get("gap") is not None]
         for r in gaps:
             extra_gap = (Fraction(r["extra"]) - Fraction(r["cost LB"])) / Fraction(r["extra"])
