@@ -678,6 +678,12 @@ def heuristic_method(problem, *, question: str, memory_limit=None, cost_budget=N
                 continue  # ids not in a topological order
             starts.append(other)
             break
+    from memopt.remat.held_tensors import held_tensor_moves  # it imports this module
+
+    held = held_tensor_moves(p, runs, question, memory_limit=early.memory_limit, cost_budget=early.cost_budget,
+                             deadline=time.perf_counter() + 0.25 * max(0.0, deadline - time.perf_counter()))
+    if held not in starts:
+        starts.append(held)
     if lns and question == "min_cost":
         runs, plan, peak, cost, stats = _multi_start(p, starts, early, seed, deadline)
     else:
