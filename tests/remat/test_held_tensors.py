@@ -145,3 +145,25 @@ def test_stacked_taps_need_the_group_move(cap):
     r = heuristic_method(g, question="min_cost", memory_limit=limit, cap=cap, time_limit=5)
     pk, cost = check_plan(g, r.plan, cap, claimed_peak=r.peak, claimed_extra_cost=r.extra_cost)
     assert r.status == "feasible" and pk <= limit and 0 < cost <= stem + 24 * cheap
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(1, 3), st.integers(1, 2), st.integers(1, 2), st.integers(1, 3), st.integers(1, 8),
+       st.integers(1, 3), st.integers(1, 2), st.sampled_from([0.95, 0.9, 0.8]))
+def test_small_stacks_against_brute_force(taps, chain, stages, input_units, feature_units, tap_units, cap, ratio):
+    """Small stacking heads of every shape (not only the ones the group move is made for; at
+    most 12 ops, for the brute-force scheduler)."""
+    g = stacked_taps(taps, chain, stages, unit=4, input_units=input_units, feature_units=feature_units,
+                     tap_units=tap_units, wide=2, conv_macs=4)
+    order, start = brute_force_schedule(g)
+    p = RematProblem.of(g, cap)
+    limit = int(ratio * start)
+    runs = held_tensor_moves(p, order, "min_cost", memory_limit=limit, deadline=float("inf"))
+    pk, cost = _valid(g, p, runs, cap)
+    assert pk <= start
+    if pk <= limit:
+        try:
+            opt, _ = min_extra_cost(g, limit, cap, max_states=200_000)
+        except OptionError:
+            reject()
+        assert opt is not None and Fraction(cost) >= Fraction(opt)
