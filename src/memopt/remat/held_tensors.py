@@ -176,8 +176,9 @@ def _closure(p: RematProblem, runs, reads, made, outputs, first, counts, targets
 
 def held_moves(p: RematProblem, runs, prof, counts, level: int):
     """``[(estimate, targets, ops, j)]``, best estimate first: the single and group moves at
-    the runs where ``prof`` is highest (see the module docstring); ``estimate`` is the bytes
-    freed at the peak runs less the held inputs' bytes there, per unit of extra cost."""
+    the runs where ``prof`` is highest (see the module docstring), of tensors whose producer is
+    below its cap; ``estimate`` is the bytes freed at the peak runs per unit of extra cost
+    (what holding the closure's inputs costs is left to the exact evaluation)."""
     peak = max(prof)
     steps = [i for i, m in enumerate(prof) if m == peak]
     outputs = set(p.outputs)
@@ -185,7 +186,8 @@ def held_moves(p: RematProblem, runs, prof, counts, level: int):
     first: dict = {}
     for i, v in enumerate(runs):
         first.setdefault(v, i)
-    held = _held(p, runs, reads, made, outputs, steps)
+    held = {k: a for k, a in _held(p, runs, reads, made, outputs, steps).items()
+            if counts[p.producer[k[0]]] < 1 + p.caps[p.producer[k[0]]]}
     groups = [[(x, j)] for (x, j) in held]
     by_reader: dict = {}
     for (x, j) in held:
