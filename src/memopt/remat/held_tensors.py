@@ -178,7 +178,42 @@ def held_moves(p: RematProblem, runs, prof, counts, level: int):
     """``[(estimate, targets, ops, j)]``, best estimate first: the single and group moves at
     the runs where ``prof`` is highest (see the module docstring), of tensors whose producer is
     below its cap; ``estimate`` is the bytes freed at the peak runs per unit of extra cost
-    (what holding the closure's inputs costs is left to the exact evaluation)."""
+    (what holding the closure's inputs costs is left to the exact evaluation).
+
+    Parameters
+    ----------
+    p : RematProblem
+        The problem (graph and caps).
+    runs : list of int
+        A valid run sequence.
+    prof : list of int
+        The memory of each run (:func:`memopt.remat.heuristic._profile`).
+    counts : list of int
+        Runs of each op in ``runs`` (a closure keeps every op within ``1 + cap``).
+    level : int
+        The memory sought (the limit, or the peak less one): the min-cost closure holds an
+        input where its extended span stays within it.
+
+    Returns
+    -------
+    list of tuple
+        ``(estimate, targets, ops, j)``: insert ``ops`` before run ``j`` to re-make ``targets``.
+
+    Examples
+    --------
+    >>> from memopt.core import Op, Tensor, TensorGraph
+    >>> from memopt.remat.heuristic import _profile
+    >>> g = TensorGraph.build(
+    ...     [Tensor("a", 10), Tensor("b", 20), Tensor("c", 20), Tensor("d", 1, output=True)],
+    ...     [Op("fa", (), ("a",), cost=1), Op("fb", ("a",), ("b",), cost=5),
+    ...      Op("fc", ("b",), ("c",), cost=5), Op("fd", ("a", "c"), ("d",), cost=5)])
+    >>> p = RematProblem.of(g, 1)
+    >>> prof = _profile(p, [0, 1, 2, 3])[3]
+    >>> prof
+    [10, 30, 50, 31]
+    >>> [(t, ops, j) for _, t, ops, j in held_moves(p, [0, 1, 2, 3], prof, [1, 1, 1, 1], 40)]
+    [([0], [0], 3)]
+    """
     peak = max(prof)
     steps = [i for i, m in enumerate(prof) if m == peak]
     outputs = set(p.outputs)
