@@ -65,6 +65,8 @@ import time
 from bisect import bisect_left, bisect_right
 from fractions import Fraction
 
+import numpy as np
+
 from memopt.remat.heuristic import _profile, _reads_and_productions
 from memopt.remat.model_common import RematProblem
 
@@ -74,6 +76,8 @@ __all__ = ["held_tensor_moves", "held_moves"]
 MAX_CLOSURE = 64
 #: moves evaluated exactly per step (the best by estimated drop per unit of cost)
 EVALUATED = 32
+#: single moves per step: the largest held tensors (closures cost time on large graphs)
+SINGLES = 48
 
 
 def _current(made_t, i: int) -> int:
@@ -132,10 +136,9 @@ def _closure(p: RematProblem, runs, reads, made, outputs, first, counts, targets
     target's producer is at its cap or the closure exceeds :data:`MAX_CLOSURE`."""
     est = None
     if mode == "min":
-        est = list(prof)
+        est = np.array(prof, dtype=np.int64)
         for x, a in freed:
-            for i in range(a + 1, j):
-                est[i] -= p.size[x]
+            est[a + 1:j] -= p.size[x]
     ops: list = []
     chosen: set = set()
     made_here: set = set()
@@ -162,11 +165,10 @@ def _closure(p: RematProblem, runs, reads, made, outputs, first, counts, targets
             can = w >= 0 and counts[w] < 1 + p.caps[w] and mode != "hold"
             if est is not None:
                 k = _current(made[y], j)
-                b = max([made[y][k] if k >= 0 else -1] + [r for r in reads[y] if r < j])
-                span = est[b + 1:j]
-                if not can or not span or max(span) + p.size[y] <= level:
-                    for i in range(b + 1, j):
-                        est[i] += p.size[y]  # held until j
+                r = bisect_left(reads[y], j)
+                b = max(made[y][k] if k >= 0 else -1, reads[y][r - 1] if r else -1)
+                if not can or b + 1 >= j or int(est[b + 1:j].max()) + p.size[y] <= level:
+                    est[b + 1:j] += p.size[y]  # held until j
                     continue
             if can:
                 chosen.add(w)
@@ -202,7 +204,9 @@ def held_moves(p: RematProblem, runs, prof, counts, level: int):
     Examples
     --------
     >>> from memopt.core import Op, Tensor, TensorGraph
-    >>> from memopt.remat.heuristic import _profile
+    >>> import numpy as np
+
+from memopt.remat.heuristic import _profile
     >>> g = TensorGraph.build(
     ...     [Tensor("a", 10), Tensor("b", 20), Tensor("c", 20), Tensor("d", 1, output=True)],
     ...     [Op("fa", (), ("a",), cost=1), Op("fb", ("a",), ("b",), cost=5),
@@ -223,7 +227,7 @@ def held_moves(p: RematProblem, runs, prof, counts, level: int):
         first.setdefault(v, i)
     held = {k: a for k, a in _held(p, runs, reads, made, outputs, steps).items()
             if counts[p.producer[k[0]]] < 1 + p.caps[p.producer[k[0]]]}
-    groups = [[(x, j)] for (x, j) in held]
+    groups = [[k] for k in sorted(held, key=lambda k: (-p.size[k[0]], k))[:SINGLES]]
     by_reader: dict = {}
     for (x, j) in held:
         by_reader.setdefault(j, []).append((x, j))
