@@ -87,6 +87,7 @@ def test_keep_top_keeps_the_largest_and_the_newest_of_ties(key, data):
     assert keep_top(np.array([key]), n_kept).tolist() == [want]
 
 
+@pytest.mark.slow
 def test_every_press_runs_in_the_kvpress_pipeline(tiny):
     model, tok, pipe, ids, cont = tiny
     later = cont + tok.encode("abcdef", add_special_tokens=False)
@@ -196,6 +197,7 @@ def test_the_decoding_press_holds_the_budget_at_every_step(tiny, policy, options
     layers = model.config.num_hidden_layers
     assert len(seen) > layers and max(seen[layers:]) == 24 + extra
     assert max(seen[:layers]) == (24 if extra == 0 else len(ids))
+    assert press.peak_held == max(seen)
 
 
 def test_the_oracle_decoding_press_replays_the_offline_optimum(tiny):

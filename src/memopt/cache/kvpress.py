@@ -46,7 +46,7 @@ included) and :func:`retained_attention` scores them on the continuation's full-
 """
 from __future__ import annotations
 
-import math
+import weakref
 from contextlib import contextmanager
 from dataclasses import field
 
@@ -86,6 +86,16 @@ def _import_kvpress():
 def keep_top(key: np.ndarray, n_kept: int) -> np.ndarray:
     """Positions kept per row of ``key`` (``(heads, n)``, integers): the ``n_kept`` largest
     keys, ties to the **newest** position (memopt evicts the oldest of equal scores), sorted.
+
+    Parameters
+    ----------
+    key : array of int, ``(heads, n)``
+    n_kept : int
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(heads, n_kept)`` positions.
 
     Examples
     --------
@@ -300,13 +310,19 @@ def _build() -> None:
             if self.compression_interval != 1:
                 raise OptionError("memopt's per-step policies evict at every step (compression_interval=1)")
             self._guard = _Guard()
+            self._state, self._cache_ref, self.peak_held = {}, None, 0
             self.reset()
 
         def reset(self):
             super().reset()
             self._drop_pre_hook()
-            self._state = {}
-            self.peak_held = 0
+
+        def _bind(self, cache) -> None:
+            """Per-layer state belongs to one cache: the pipeline leaves and re-enters the press
+            between prefill and decoding (kvpress resets it there), a new run brings a new cache."""
+            ref = getattr(self, "_cache_ref", None)
+            if ref is None or ref() is not cache:
+                self._state, self._cache_ref, self.peak_held = {}, weakref.ref(cache), 0
 
         def _new_policy(self, kv: int, prefill: int):
             bp = self.base_press
@@ -319,6 +335,7 @@ def _build() -> None:
             hidden = kwargs["hidden_states"]
             q = hidden.shape[1]
             cache = kwargs["past_key_values"]
+            self._bind(cache)
             li = module.layer_idx
             keys, values = extract_keys_and_values(cache, li)
             kv, n_slots = keys.shape[1], keys.shape[2]
@@ -352,7 +369,7 @@ def _build() -> None:
             if (counts != counts[0]).any():
                 raise InternalError("kvpress-held", f"heads hold different numbers of positions: {counts.tolist()}")
             keep = np.nonzero(held)[1].reshape(held.shape[0], int(counts[0]))
-            self.peak_held = max(self.peak_held, int(counts[0]) - 1)
+            self.peak_held = max(self.peak_held, int(counts[0]))
             layer = cache.layers[li]
             layer.keys, layer.values = _gather(keys, values, keep)
             self._state[li][1] = np.take_along_axis(pos, keep, axis=1)
@@ -393,6 +410,7 @@ def _build() -> None:
                 raise OptionError("OracleDecodingPress must see the prefill: wrap it in PrefillDecodingPress")
             q = kwargs["hidden_states"].shape[1]
             cache = kwargs["past_key_values"]
+            self._bind(cache)
             li = module.layer_idx
             keys, values = extract_keys_and_values(cache, li)
             kv, n_slots = keys.shape[1], keys.shape[2]
@@ -468,6 +486,18 @@ def kept_positions(model, context, press) -> np.ndarray:
     with the press) and finds each kept key among the full cache's keys (a press gathers
     keys, so the kept ones are bit-identical).
 
+    Parameters
+    ----------
+    model : transformers causal LM (eager attention)
+    context : sequence of int
+        The token ids the pipeline prefills.
+    press : kvpress press
+        Any prefill press (a context manager over ``model``).
+
+    Returns
+    -------
+    numpy.ndarray
+
     Examples
     --------
     >>> kept_positions(model, ids, SnapKVPress(0.5, window_size=8)).sum(axis=2)   # doctest: +SKIP
@@ -500,6 +530,15 @@ def retained_attention(kept: np.ndarray, future: np.ndarray) -> tuple[int, int]:
     """``(retained, total)``: the continuation's full-cache attention (``future``, from
     :func:`continuation_attention`) on the ``kept`` positions, and on all context positions
     (exact integers, units of ``1 / scale``).
+
+    Parameters
+    ----------
+    kept : array of bool, ``(layers, kv_heads, n)``
+    future : array of int, same shape
+
+    Returns
+    -------
+    tuple of int
 
     Examples
     --------
