@@ -206,3 +206,33 @@ def test_the_oracle_decoding_press_replays_the_offline_optimum(tiny):
     press = OracleDecodingPress(continuation=later, target_size=20)
     pipe(CONTEXT, question=QUESTION, press=PrefillDecodingPress(decoding_press=press), max_new_tokens=4)
     assert press.peak_held == 20
+
+
+def test_the_decoding_press_tracks_which_position_each_cache_slot_holds(tiny):
+    """Context keys never change: after every step, each slot the press maps to a context
+    position holds that position's key of the full prefill."""
+    from transformers import DynamicCache
+
+    model, _, pipe, ids, _ = tiny
+    full = DynamicCache()
+    with torch.no_grad():
+        model.model(input_ids=torch.tensor([ids]), past_key_values=full)
+    press = PolicyDecodingPress(base_press=PolicyPress(policy="rmm", options={"lag": 1, "weighting": "uniform"}),
+                                target_size=16)
+    orig, checked = press.forward_hook, []
+
+    def spy(module, inp, kwargs, output):
+        out = orig(module, inp, kwargs, output)
+        li = module.layer_idx
+        keys = kwargs["past_key_values"].layers[li].keys[0]
+        pos = press._state[li][1]
+        assert pos.shape == keys.shape[:2]
+        for h in range(pos.shape[0]):
+            ctx = pos[h] < len(ids)
+            assert torch.equal(keys[h][torch.as_tensor(ctx)], full.layers[li].keys[0, h][torch.as_tensor(pos[h][ctx])])
+        checked.append(int(pos.shape[1]))
+        return out
+
+    press.forward_hook = spy
+    pipe(CONTEXT, question=QUESTION, press=PrefillDecodingPress(decoding_press=press), max_new_tokens=5)
+    assert len(checked) > 2 * model.config.num_hidden_layers and min(checked) < len(ids)
