@@ -6,7 +6,6 @@ uniform weights keeps exactly what H2O keeps."""
 
 from __future__ import annotations
 
-import string
 import subprocess
 import sys
 
@@ -33,7 +32,7 @@ from memopt.cache.kv_record import quantised_attention_pass  # noqa: E402
 from memopt.cache.kv_trace import make_attention_trace  # noqa: E402
 from memopt.cache.kvpress import (OracleDecodingPress, OraclePress, PolicyDecodingPress,  # noqa: E402
                                   PolicyPress, continuation_attention, kept_positions,
-                                  retained_attention)
+                                  retained_attention, tiny_model)
 
 CONTEXT = "The key for apple is 42. The key for pear is 17. Remember them well. " * 2
 QUESTION = "What is the key for pear?"
@@ -44,20 +43,7 @@ RATIOS = (0.25, 0.5, 0.75)
 def tiny():
     """A 2-layer Llama with GQA (4 query heads on 2 KV heads), random weights, eager attention,
     and a character tokenizer built locally."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
-    vocab.update({c: i + 3 for i, c in enumerate(sorted(set(string.printable)))})
-    tk = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tk.pre_tokenizer = pre_tokenizers.Split("", "isolated")
-    tk.decoder = decoders.Fuse()
-    tok = PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                      attn_implementation="eager", eos_token_id=2, bos_token_id=1)
-    model = LlamaForCausalLM(cfg).eval()
+    model, tok = tiny_model(layers=2, heads=4, kv_heads=2, hidden=32)
     pipe = KVPressTextGenerationPipeline(model=model, tokenizer=tok)
     ids = tok.encode(tok.bos_token + CONTEXT, add_special_tokens=False)     # what the pipeline prefills
     cont = tok.encode(QUESTION + "\n", add_special_tokens=False)

@@ -58,7 +58,7 @@ from memopt.cache.kv_record import _attention_modules, kv_groups, quantise_heads
 from memopt.cache.kv_trace import DEFAULT_SCALE, make_attention_trace
 
 __all__ = ["PolicyPress", "OraclePress", "PolicyDecodingPress", "OracleDecodingPress", "kept_positions",
-           "continuation_attention", "retained_attention", "keep_top", "KVPRESS_PIN"]
+           "continuation_attention", "retained_attention", "keep_top", "tiny_model", "KVPRESS_PIN"]
 
 KVPRESS_PIN = "kvpress==0.5.5"
 _CLASSES: dict = {}
@@ -413,7 +413,7 @@ def _build() -> None:
             self._bind(cache)
             li = module.layer_idx
             keys, values = extract_keys_and_values(cache, li)
-            kv, n_slots = keys.shape[1], keys.shape[2]
+            kv = keys.shape[1]
             T = self._schedule.shape[2]
             if li not in self._state:
                 self._state[li] = [0, np.zeros((kv, 0), dtype=np.int64)]
@@ -549,3 +549,47 @@ def retained_attention(kept: np.ndarray, future: np.ndarray) -> tuple[int, int]:
     if kept.shape != future.shape:
         raise OptionError(f"kept positions {kept.shape} and attention {future.shape} differ in shape")
     return int(future[kept].sum()), int(future.sum())
+
+
+def tiny_model(*, layers: int = 2, heads: int = 4, kv_heads: int = 2, hidden: int = 32, seed: int = 0):
+    """A random tiny Llama (eager attention) and a character tokenizer built locally, for tests
+    and smoke runs of the presses in kvpress's pipeline: nothing is downloaded.
+
+    Parameters
+    ----------
+    layers, heads, kv_heads, hidden : int
+        The ``LlamaConfig`` sizes (``heads`` query heads share ``kv_heads`` KV heads).
+    seed : int
+        ``torch.manual_seed`` of the weights.
+
+    Returns
+    -------
+    tuple
+        ``(model, tokenizer)``: ``LlamaForCausalLM`` and ``PreTrainedTokenizerFast`` (one token
+        per printable character, ``<s>`` / ``</s>`` / ``<unk>``).
+
+    Examples
+    --------
+    >>> model, tok = tiny_model()                  # doctest: +SKIP
+    >>> tok.decode(tok.encode("key 42"))           # doctest: +SKIP
+    'key 42'
+    """
+    import string
+
+    from memopt._torchvision import allow_import
+    allow_import()
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    vocab.update({c: i + 3 for i, c in enumerate(sorted(set(string.printable)))})
+    tk = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tk.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+    tk.decoder = decoders.Fuse()
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=len(vocab), hidden_size=hidden, intermediate_size=2 * hidden,
+                      num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
+                      max_position_embeddings=8192, attn_implementation="eager", eos_token_id=2, bos_token_id=1)
+    return LlamaForCausalLM(cfg).eval(), tok
