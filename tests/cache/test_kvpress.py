@@ -99,7 +99,8 @@ def test_every_prefill_press_keeps_n_kept_per_head(tiny, ratio):
 
 
 @pytest.mark.parametrize("policy,options", [("h2o", {}), ("rmm", {"lag": 0, "weighting": "uniform"}),
-                                            ("rmm", {"lag": 3, "weighting": "uniform"}), ("snapkv", {"window": 4}),
+                                            ("rmm", {"lag": 3, "weighting": "uniform"}),
+                                            ("rmm", {"lag": 2, "weighting": "correct"}), ("snapkv", {"window": 4}),
                                             ("tova", {}), ("streaming-llm", {})])
 def test_the_prefill_press_keeps_what_the_trace_replay_keeps(tiny, policy, options):
     """The press, driven by the pipeline's prefill, against ``simulate_kv`` on a trace recorded
@@ -108,12 +109,15 @@ def test_the_prefill_press_keeps_what_the_trace_replay_keeps(tiny, policy, optio
     n, ratio = len(ids), 0.5
     n_kept = int(n * 0.5)
     lag = options.get("lag", 0)
-    A, _, group = quantised_attention_pass(model, ids)
+    A, pred, group = quantised_attention_pass(model, ids)
+    # the model's own predictions on the context; the last row (its next token unseen) counts
+    correct = np.append(pred[:-1] == np.asarray(ids[1:]), [True, True])
     # a trace of n + 1 steps whose prompt is the context (minus the staged H), budget n_kept - H
     pad = np.zeros(A.shape[:2] + (n + 1, n + 1), dtype=np.int64)
     pad[:, :, :n, :n] = A
     pad[:, :, n, n] = 1
-    tr = make_attention_trace(pad, np.ones(n + 1, bool), scale=2**24, group=group)
+    tr = make_attention_trace(pad, correct, scale=2**24, group=group)
+    assert 0 < correct[:n].sum() < n or options.get("weighting") != "correct"
     res = simulate_kv(tr, policy, n_kept - lag, prefill=n - lag, **options)
     # kept = not evicted by the decision at the end of the prompt (later ones follow row n)
     want = (res.last_step[:, :n] > n - lag - 1).reshape(A.shape[0], A.shape[1], n)
