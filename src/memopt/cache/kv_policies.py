@@ -38,8 +38,10 @@ the reference averages over a group is the same score times ``group``: same deci
   stride=1)`` over the candidates in cache order (zero padding counted, so the average is the
   window sum divided by ``kernel``: a constant), the window's own positions always kept. At
   the end of the prompt this is SnapKV's prefill compression; during decoding the same rule is
-  re-applied at every step over the cache as it is (kvpress ``DecodingPress`` with a
-  compression interval of one step), so the budget holds throughout. ``window`` defaults to
+  re-applied at every step over the cache as it is, so the budget holds throughout. This
+  per-step variant is memopt's, not kvpress's ``SnapKVPress`` (prefill only, window 64, pooled
+  over contiguous positions; a ``DecodingPress`` around it needs more buffered queries than the
+  window, so it cannot run every step): ``docs/cache.md`` compares the two. ``window`` defaults to
   ``min(32, budget // 2)`` (SnapKV's default observation window is 32) and must not exceed
   ``budget``; ``kernel`` defaults to 5.
 * ``tova`` — TOVA (Oren et al. 2024), ``NVIDIA/kvpress`` ``kvpress/presses/tova_press.py``:
