@@ -156,6 +156,15 @@ class TrainingGraph:
         Gradient tensor name -> parameter name.
     buffer_updates : dict
         New-value tensor name -> buffer (or input) name it is written to.
+    views : dict
+        View tensor name -> the tensor owning its storage (its base; sizes 0 and > 0).
+
+    Examples
+    --------
+    >>> import torch
+    >>> tg = capture(torch.nn.Linear(4, 2), torch.randn(3, 4))
+    >>> tg.graph.num_ops == len(tg.forward_ops) + len(tg.backward_ops)
+    True
     """
 
     graph: TensorGraph
@@ -166,6 +175,7 @@ class TrainingGraph:
     loss: str
     gradients: dict
     buffer_updates: dict
+    views: dict = field(default_factory=dict)
     _tensors: tuple = field(default=(), repr=False)
     _ops: tuple = field(default=(), repr=False)
 
@@ -287,8 +297,8 @@ def capture(model, inputs, loss_fn: Callable | None = None, *, targets=(), name:
         raise
     except Exception as exc:  # noqa: BLE001 - torch raises many types; each becomes one line
         raise _diagnose(exc, model, inputs, loss_fn, targets) from None
-    params = dict(step.named_parameters())
-    buffers = dict(step.named_buffers())
+    params = dict(step.named_parameters(remove_duplicate=False))
+    buffers = dict(step.named_buffers(remove_duplicate=False))
     user = dict(zip(sig.user_inputs, inputs + targets))
     args = []
     for n in gm.graph.nodes:
@@ -500,6 +510,7 @@ def _to_tensor_graph(gm, args: list, loss: str, grads: dict, updates: dict, name
     return TrainingGraph(graph=graph, module=gm, args=args, nodes=op_nodes, phase=phase, loss=out_name(loss),
                          gradients={out_name(k): v for k, v in grads.items()},
                          buffer_updates={out_name(k): v for k, v in updates.items()},
+                         views={t: b for t, b in owner.items() if t != b},
                          _tensors=tuple(tensor_records), _ops=tuple(op_records))
 
 
