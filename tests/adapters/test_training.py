@@ -238,3 +238,20 @@ def test_unsupported_steps_are_refused_in_one_line_naming_the_op(model_cls, word
 def test_a_loss_that_is_not_one_element_is_refused():
     with pytest.raises(training.TrainingCaptureError, match="one element"):
         training.capture(torch.nn.Linear(4, 3), torch.randn(2, 4), loss_fn=lambda out: out)
+
+
+@pytest.mark.parametrize("groups", [1, 4, 8])
+def test_convolution_backward_costs_each_gradient_as_the_forward_convolution(groups):
+    from torch.utils.flop_counter import flop_registry
+
+    aten = torch.ops.aten
+    x, w = torch.randn(2, 8, 10, 10), torch.randn(16, 8 // groups, 3, 3)
+    conv = (None, [2, 2], [1, 1], [1, 1], False, [0, 0], groups)
+    y = aten.convolution(x, w, *conv)
+    args = (torch.ones_like(y), x, w, *conv, [True, True, False])
+    out = aten.convolution_backward(*args)
+    fwd = training.op_flops(aten.convolution.default, (x, w, *conv), {}, y)
+    assert fwd == 2 * 2 * 5 * 5 * 16 * (8 // groups) * 9
+    assert training.op_flops(aten.convolution_backward.default, args, {}, out) == 2 * fwd
+    if groups == 1:  # the registry's own count, used as it is
+        assert flop_registry[aten.convolution_backward](*args, out_val=out) == 2 * fwd

@@ -38,8 +38,10 @@ The tensor graph (``TrainingGraph.graph``; ``docs/formats.md``, ``memopt-graph``
   initializers); the loss, new buffer values and gradients are graph outputs;
 * costs are FLOPs from ``torch.utils.flop_counter``'s per-operator formulas applied to the
   node's traced shapes (plus CPU scaled-dot-product attention, which the registry names only
-  for GPU kernels), and for every other op the number of elements it outputs, as the ONNX
-  importer's costs; exact integers;
+  for GPU kernels; and a grouped convolution's backward, whose weight gradient the registry
+  counts as a dense convolution's: there each computed gradient costs the forward
+  convolution's FLOPs, which is the registry's count when ``groups == 1``), and for every other
+  op the number of elements it outputs, as the ONNX importer's costs; exact integers;
 * ``TrainingGraph.phase`` marks each op ``forward`` (needed for the loss or the buffer updates,
   or traced before the last such op; the partitioner's forward) or ``backward``.
 
@@ -92,8 +94,17 @@ def _extra_formulas() -> dict:
     def bwd(grad_out, q, k, v, *args, out_val=None, **kwargs):
         return fc.sdpa_backward_flop_count(grad_out.shape, q.shape, k.shape, v.shape)
 
+    def conv_bwd(grad_out, x, w, bias, stride, padding, dilation, transposed, output_padding, groups, mask,
+                 *, out_val=None):
+        # each computed gradient costs what the forward convolution costs; used for groups > 1,
+        # where the registry's weight-gradient formula counts the convolution as dense
+        fwd_flops = fc.conv_flop_count(x.shape, w.shape, grad_out.shape if not transposed else x.shape,
+                                       bool(transposed))
+        return fwd_flops * (int(bool(mask[0])) + int(bool(mask[1])))
+
     return {aten._scaled_dot_product_flash_attention_for_cpu: fwd,
-            aten._scaled_dot_product_flash_attention_for_cpu_backward: bwd}
+            aten._scaled_dot_product_flash_attention_for_cpu_backward: bwd,
+            "grouped convolution_backward": conv_bwd}
 
 
 def op_flops(target, args: Sequence, kwargs: dict, out) -> int | None:
@@ -122,7 +133,10 @@ def op_flops(target, args: Sequence, kwargs: dict, out) -> int | None:
     from torch.utils.flop_counter import flop_registry
 
     packet = getattr(target, "overloadpacket", None)
-    formula = flop_registry.get(packet) or _extra_formulas().get(packet)
+    extra = _extra_formulas()
+    if packet is _torch().ops.aten.convolution_backward and len(args) > 9 and args[9] != 1:
+        return int(extra["grouped convolution_backward"](*args, **kwargs, out_val=out))
+    formula = flop_registry.get(packet) or extra.get(packet)
     if formula is None:
         return None
     return int(formula(*args, **kwargs, out_val=out))
