@@ -56,6 +56,7 @@ torch is imported lazily; install the extra ``memopt[torch]``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import operator
 import re
 from dataclasses import dataclass, field
@@ -80,6 +81,7 @@ def _torch():
 
 
 # ----------------------------------------------------------------------------- costs
+@functools.lru_cache(maxsize=1)
 def _extra_formulas() -> dict:
     """FLOP formulas for operators ``torch.utils.flop_counter`` does not register: the CPU
     flash-attention kernels, counted as the registered GPU attention kernels."""
