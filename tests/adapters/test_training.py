@@ -165,6 +165,10 @@ def test_the_modelled_peak_of_the_captured_order_is_the_measured_one(mlp, cnn):
         assert m.measured_peak == m.modelled_peak + sum(b for _, b in m.differences)
         # with the measured library transients as op workspace, the model is the measurement
         assert tg.with_workspace(m.transients).modelled_peak() == m.measured_peak
+    # measuring a graph that already carries its transients: nothing left to itemise
+    with_ws = cnn[1].with_workspace(training.measure(cnn[1]).transients)
+    again = training.measure(with_ws)
+    assert again.modelled_peak == again.measured_peak and again.differences[-1] == ("unattributed", 0)
     # the MLP's peak holds no transient at all: modelled = measured without workspace
     assert training.measure(mlp[1]).differences == [("library transients", 0), ("unattributed", 0)]
 

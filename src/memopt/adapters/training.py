@@ -590,8 +590,8 @@ def measure(tg: TrainingGraph) -> Measurement:
     Returns
     -------
     Measurement
-        ``differences`` itemise ``measured - modelled``: ``library transients`` (what adding
-        the measured transients as workspace changes in the modelled peak) and
+        ``differences`` itemise ``measured - modelled``: ``library transients`` (what making
+        the measured transients the ops' workspace changes in the modelled peak) and
         ``unattributed`` (the rest; 0 when the model with transients is exact).
 
     Examples
@@ -616,7 +616,8 @@ def measure(tg: TrainingGraph) -> Measurement:
         if t > 0:
             transients[nm] = t
     modelled = tg.modelled_peak()
-    with_t = tg.with_workspace({nm: tg.graph.op_workspace[index[nm]] + b for nm, b in transients.items()}).modelled_peak()
+    # the measured transients replace whatever workspace the graph had (they are its scratch)
+    with_t = tg.with_workspace({nm: transients.get(nm, 0) for nm in tg.graph.op_names}).modelled_peak()
     differences = [("library transients", with_t - modelled), ("unattributed", int(measured) - with_t)]
     return Measurement(measured_peak=int(measured), modelled_peak=int(modelled), transients=transients,
                        differences=differences)
