@@ -16,6 +16,18 @@ wall time (the whole ``schedule`` call, numba kernels compiled beforehand).
 
 ``OUT`` defaults to ``benchmarks/corpus/`` (git-ignored: the files are large). Needs torch and
 torchvision (``pip install --no-deps torchvision==0.28.0``) and the onnx extra.
+
+``--training`` writes training graphs instead: one step (forward, cross-entropy loss against
+fixed random labels, backward) captured by :func:`memopt.adapters.training.capture` (ATen
+joint graph, FLOP costs) as ``OUT/train_<model>.json``, for the models of :data:`TRAIN_SIZES`
+(train mode; small batches and images so that each capture stays around a minute on the
+2-core machine) and ``gpt2``, a decoder-only transformer of :data:`GPT2_CONFIG` with random
+weights (``transformers``). Columns: the input, ops (forward / backward), tensors, the FLOPs
+of the ops with a ``torch.utils.flop_counter`` formula, the sum of all op costs, resident bytes
+(parameters, buffers, inputs), the peak of the captured order (no recomputation) and that peak
+less the resident bytes, and the capture's wall time.
+
+    python benchmarks/real_corpus.py --training [OUT] [--models M ...]
 """
 
 from __future__ import annotations
@@ -59,6 +71,114 @@ def corpus_row(name: str, out_dir: str, onnx_dir: str, time_limit: float) -> dic
             "seconds": round(secs, 1)}
 
 
+#: training corpus: model -> (batch, size) (size: image side; frames for ``speaker``);
+#: vit_b_16's forward is written for batch 1
+TRAIN_SIZES = {"resnet50": (2, 64), "densenet121": (2, 64), "googlenet": (2, 64), "mobilenet_v3_large": (2, 64),
+               "efficientnet_b0": (2, 64), "vit_b_16": (1, 64), "unet": (2, 64), "speaker": (2, 100), "gpt2": (2, 128)}
+#: the decoder-only transformer of the training corpus (GPT-2 layout, smaller; dropout off so
+#: that the step is deterministic)
+GPT2_CONFIG = dict(n_layer=4, n_embd=256, n_head=4, vocab_size=8192, n_positions=128, bos_token_id=0, eos_token_id=0,
+                   resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+
+
+def _gpt2(batch: int, seq: int):
+    """``(module returning logits, (token ids,), labels)`` for the GPT-2 config, seed 0."""
+    import torch
+
+    from memopt._torchvision import allow_import
+
+    allow_import()
+    import transformers
+
+    import transformers.masking_utils as mu
+
+    # the packed-sequence check reads the position ids' values (data-dependent: not traceable);
+    # the corpus never packs sequences
+    mu.find_packed_sequence_indices = lambda position_ids: None
+    torch.manual_seed(0)
+    lm = transformers.GPT2LMHeadModel(transformers.GPT2Config(**GPT2_CONFIG))
+
+    class Logits(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lm = lm
+
+        def forward(self, ids):
+            return self.lm(input_ids=ids, use_cache=False).logits
+
+    ids = torch.randint(0, GPT2_CONFIG["vocab_size"], (batch, seq))
+    return Logits(), (ids,), torch.roll(ids, -1, 1)
+
+
+def train_model(name: str):
+    """``(model in train mode, inputs, labels)`` of the training corpus."""
+    import torch
+
+    from memopt.zoo import real
+
+    batch, size = TRAIN_SIZES[name]
+    if name == "gpt2":
+        model, inputs, labels = _gpt2(batch, size)
+        return model.train(), inputs, labels
+    model, (x,) = real.build(name, size=size)
+    x = torch.cat([x] * batch)
+    with torch.no_grad():
+        out = model(x)
+    g = torch.Generator().manual_seed(1)
+    shape = (batch,) + tuple(out.shape[2:])
+    return model.train(), (x,), torch.randint(0, out.shape[1], shape, generator=g)
+
+
+def cross_entropy(out, labels):
+    """The corpus loss: cross-entropy of logits ``(B, C, ...)``, or ``(B, T, V)`` for ``gpt2``."""
+    import torch
+
+    if out.dim() == 3 and labels.dim() == 2:  # language model: (B, T, V) against (B, T)
+        return torch.nn.functional.cross_entropy(out.flatten(0, 1), labels.flatten())
+    return torch.nn.functional.cross_entropy(out, labels)
+
+
+def training_row(name: str, out_dirs: list[str]) -> dict:
+    """Capture one model's training step, write ``train_<name>.json`` to each folder; its row."""
+    from memopt.adapters import training
+    from memopt.io import save_graph
+
+    model, inputs, labels = train_model(name)
+    t0 = time.perf_counter()
+    tg = training.capture(model, inputs, cross_entropy, targets=(labels,), name=f"train_{name}")
+    secs = time.perf_counter() - t0
+    for d in out_dirs:
+        save_graph(tg.graph, os.path.join(d, f"train_{name}.json"))
+    g = tg.graph
+    flops = sum(int(c) for nm, c in zip(g.op_names, g.op_cost_exact)
+                if training.op_flops(tg.nodes[nm].target, *training._meta_args(tg.nodes[nm]),
+                                     tg.nodes[nm].meta.get("val")) is not None)
+    peak = tg.modelled_peak() + g.resident_bytes
+    return {"model": name, "input": "x".join(map(str, inputs[0].shape)),
+            "ops": f"{len(tg.forward_ops)} / {len(tg.backward_ops)}", "tensors": g.num_tensors, "FLOPs": flops,
+            "total cost": sum(int(c) for c in g.op_cost_exact), "resident": g.resident_bytes,
+            "peak (no remat)": peak, "activations": peak - g.resident_bytes, "capture s": round(secs, 1)}
+
+
+def training_main(args) -> int:
+    names = args.models or list(TRAIN_SIZES)
+    unknown = [n for n in names if n not in TRAIN_SIZES]
+    if unknown:
+        print(f"real_corpus: unknown training model(s) {', '.join(unknown)}; known: {', '.join(TRAIN_SIZES)}",
+              file=sys.stderr)
+        return 2
+    dirs = [args.out] + list(args.also or [])
+    for d in dirs:
+        os.makedirs(d, exist_ok=True)
+    rows = []
+    for n in names:
+        rows.append(training_row(n, dirs))
+        r = rows[-1]
+        print(f"  {n}: {r['ops']} ops, peak {r['peak (no remat)']:,} ({r['capture s']} s)", file=sys.stderr, flush=True)
+    print(markdown(rows))
+    return 0
+
+
 def markdown(rows: list[dict]) -> str:
     cols = list(rows[0])
     lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---:" if isinstance(rows[0][c], (int, float)) else "---"
@@ -74,7 +194,11 @@ def main(argv=None) -> int:
     ap.add_argument("--models", nargs="*", help="a subset of memopt.zoo.real.names()")
     ap.add_argument("--time-limit", type=float, default=10.0, help="memopt.schedule's limit per model (seconds)")
     ap.add_argument("--keep-onnx", action="store_true", help="also keep the exported ONNX files in OUT")
+    ap.add_argument("--training", action="store_true", help="write training-step graphs train_<model>.json")
+    ap.add_argument("--also", nargs="*", help="more folders to write the training graphs to")
     args = ap.parse_args(argv)
+    if args.training:
+        return training_main(args)
 
     from memopt.errors import MemoptError
     from memopt.zoo import real
