@@ -73,8 +73,8 @@ def corpus_row(name: str, out_dir: str, onnx_dir: str, time_limit: float) -> dic
 
 #: training corpus: model -> (batch, size) (size: image side; frames for ``speaker``);
 #: vit_b_16's forward is written for batch 1
-TRAIN_SIZES = {"resnet50": (2, 64), "densenet121": (2, 64), "googlenet": (2, 64), "mobilenet_v3_large": (2, 64),
-               "efficientnet_b0": (2, 64), "vit_b_16": (1, 64), "unet": (2, 64), "speaker": (2, 100), "gpt2": (2, 128)}
+TRAIN_SIZES = {"resnet50": (8, 128), "densenet121": (8, 128), "googlenet": (8, 128), "mobilenet_v3_large": (8, 128),
+               "efficientnet_b0": (8, 128), "vit_b_16": (1, 128), "unet": (8, 128), "speaker": (8, 200), "gpt2": (8, 128)}
 #: the decoder-only transformer of the training corpus (GPT-2 layout, smaller; dropout off so
 #: that the step is deterministic)
 GPT2_CONFIG = dict(n_layer=4, n_embd=256, n_head=4, vocab_size=8192, n_positions=128, bos_token_id=0, eos_token_id=0,
