@@ -124,3 +124,8 @@ KINDS = {'remat': ('memopt.remat.last_runs._last_run_traps',),
 
 #: call kind -> the kinds of call it makes (a remat call schedules first)
 INCLUDES = {'remat': ('schedule',)}
+
+#: phase of a call (``kind:phase``, :func:`memopt._jit.phase`) -> the kernels it chose
+PHASES = {}
+
+SECONDS = {}
