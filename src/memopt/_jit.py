@@ -33,15 +33,27 @@ construction in 50 ms on 1000 ops (first compiled load: 0.35 s). Compiling from 
 costs 1-3 s per kernel, 10-20 s for the whole exact search. ``benchmarks/latency.py``
 measures the resulting start-up and call latencies.
 
-Ahead of the clock: ``memopt.schedule`` and ``memopt.remat`` call :func:`warm` with their
-kind before their deadline exists. It compiles (or loads from the disk cache) every kernel of
-that kind that the mode in effect would run compiled at the instance's size, for the
-signatures listed in :mod:`memopt._jit_signatures` (the kernels and signatures each kind of
-call uses, recorded by ``benchmarks/jit_table.py``), and the call reports those seconds as
-``stats["compile_seconds"]``, outside its ``seconds``. A solve therefore compiles nothing, so
-compilation cannot eat its time limit. The one exception is the ski-rental switch above: a
-kernel running as pure Python that has cost more than compiling it would is compiled
-mid-solve. An unknown ``MEMOPT_JIT`` value raises :class:`~memopt.errors.OptionError`.
+Ahead of the clock: :func:`warm` compiles (or loads from the disk cache) every kernel of a
+kind of call (``"remat"``) or of one phase of a call (``"schedule:local-search"``) that the
+mode in effect would run compiled at the instance's size, for the signatures listed in
+:mod:`memopt._jit_signatures` (the kernels and signatures each kind and phase uses, recorded
+by ``benchmarks/jit_table.py``). ``memopt.remat`` warms its kind before its deadline exists;
+``memopt.schedule`` warms what it runs outside its phases before its clock starts, and its
+:class:`~memopt.schedule.portfolio.Session` warms each phase right before the phase and moves
+the deadline by the seconds that took, so a call compiles only the phases it reaches (a
+training graph certified by its first bounds never compiles the searches). Both report those
+seconds as ``stats["compile_seconds"]``, outside their ``seconds``. A solve therefore compiles
+nothing on its clock. The ski-rental switch above is the one compilation that happens
+mid-solve: the switch compiles the kernel's table signatures at once and accounts the seconds
+(:func:`escalation_seconds`), which the session gives back to its deadline when the phase
+ends; it happens only after the kernel's pure-Python calls have cost
+:data:`ESCALATE_SECONDS` (or :data:`ESCALATE_COLD_SECONDS`), so the phase in which it happens
+has already run that long. Kernels missing from the disk cache compile in two processes when
+two CPUs are available (:func:`compile_kernels`): a child process compiles about half of them
+into numba's disk cache while this one compiles the rest, then loads the child's. Every
+kernel's cache reads and writes are locked between processes (numba's own save is not safe
+against a concurrent save of another overload of the same kernel). An unknown ``MEMOPT_JIT``
+value raises :class:`~memopt.errors.OptionError`.
 
 numba itself is imported lazily, the first time a kernel module is imported; ``import
 memopt`` does not import it.
@@ -60,7 +72,7 @@ from typing import Callable, Iterator
 __all__ = ["kernel", "choose", "mode", "current_mode", "pure", "is_compiled", "on_disk", "note_compiling",
            "compile_notes", "set_compile_hook", "Adaptive", "pure_seconds", "PURE_MAX", "COLD_FACTOR",
            "ESCALATE_SECONDS", "ESCALATE_COLD_SECONDS", "MODES", "warm", "kernels_of", "recorded_signatures",
-           "phase", "record_uses", "compile_kernels", "workers", "escalation_seconds"]
+           "phase", "record_uses", "readonly", "compile_kernels", "workers", "escalation_seconds"]
 
 MODES = ("auto", "pure", "compiled")
 
@@ -396,6 +408,17 @@ def _account(dispatcher) -> list:
     acc[2] = timed
     _SPENT[id(dispatcher)] = acc
     return acc
+
+
+def readonly(a):
+    """``a`` itself when it is read-only, else a read-only view of it. numba compiles a kernel
+    anew for each combination of writable and read-only arrays; call sites that pass the same
+    argument with either flag pass it read-only, so that the kernel compiles once."""
+    if not a.flags.writeable:
+        return a
+    v = a.view()
+    v.setflags(write=False)
+    return v
 
 
 def pure_seconds(dispatcher) -> float:

@@ -25,7 +25,17 @@ SIGNATURES = {'memopt.bounds.trap._closure_sums': ("(Array(bool, 2, 'C', True, a
  'memopt.core.closure._max_flow_kernel': ("(int64, int64, int64, Array(int64, 1, 'C', False, aligned=True), "
                                           "Array(int64, 1, 'C', False, aligned=True), Array(int64, 1, 'C', "
                                           'False, aligned=True))',),
+ 'memopt.core.closure._solve_arcs': ("(int64, int64, int64, Array(int64, 1, 'C', False, aligned=True), "
+                                     "Array(int64, 1, 'C', False, aligned=True), Array(int64, 1, 'C', False, "
+                                     'aligned=True))',),
+ 'memopt.core.closure.max_flow_value': ("(int64, int64, int64, Array(int64, 1, 'C', False, aligned=True), "
+                                        "Array(int64, 1, 'C', False, aligned=True), Array(int64, 1, 'C', "
+                                        'False, aligned=True))',),
  'memopt.core.closure.picard_network': ("(Array(bool, 1, 'C', False, aligned=True), Array(bool, 1, 'C', "
+                                        "False, aligned=True), Array(int64, 1, 'C', False, aligned=True), "
+                                        "Array(int64, 2, 'C', False, aligned=True), Literal[int](-1), "
+                                        'Literal[int](-1), int64)',
+                                        "(Array(bool, 1, 'C', False, aligned=True), Array(bool, 1, 'C', "
                                         "False, aligned=True), Array(int64, 1, 'C', False, aligned=True), "
                                         "Array(int64, 2, 'C', False, aligned=True), int64, int64, int64)",
                                         "(Array(bool, 1, 'C', False, aligned=True), Array(bool, 1, 'C', "
@@ -42,11 +52,28 @@ SIGNATURES = {'memopt.bounds.trap._closure_sums': ("(Array(bool, 2, 'C', True, a
                                             "False, aligned=True), Array(int64, 1, 'C', False, "
                                             "aligned=True), Array(int64, 1, 'C', False, aligned=True), "
                                             "Array(int64, 1, 'C', False, aligned=True), int64, int64)",),
+ 'memopt.remat.last_runs._spread': ("(Array(int64, 1, 'C', False, aligned=True), Array(int64, 1, 'C', False, "
+                                    "aligned=True), Array(bool, 1, 'C', False, aligned=True), Array(int64, "
+                                    "1, 'C', False, aligned=True), Literal[int](1))",),
  'memopt.schedule.greedy._greedy_kernel': ("(Array(int64, 1, 'C', True, aligned=True), Array(int64, 1, 'C', "
                                            "True, aligned=True), Array(int64, 1, 'C', True, aligned=True), "
                                            "Array(int64, 1, 'C', True, aligned=True), Array(int64, 1, 'C', "
                                            "True, aligned=True), Array(int64, 1, 'C', True, aligned=True), "
                                            "int64, int64, Array(int64, 1, 'C', False, aligned=True))",),
+ 'memopt.schedule.ideal_search._account': ("(int64, int64, Array(int64, 1, 'C', False, aligned=True), int64, "
+                                           "Array(bool, 1, 'C', False, aligned=True), Array(int64, 1, 'C', "
+                                           "False, aligned=True), Array(uint64, 1, 'C', False, "
+                                           "aligned=True), Array(int64, 1, 'C', False, aligned=True), "
+                                           "Array(int64, 2, 'C', False, aligned=True), bool)",),
+ 'memopt.schedule.ideal_search._memo_find': ("(Array(uint64, 2, 'C', False, aligned=True), Array(bool, 1, "
+                                             "'C', False, aligned=True), Array(uint64, 1, 'C', False, "
+                                             'aligned=True))',),
+ 'memopt.schedule.ideal_search._run_cascade': ("(int64, Array(bool, 1, 'C', False, aligned=True), "
+                                               "Array(int64, 1, 'C', False, aligned=True), Array(int64, 1, "
+                                               "'C', False, aligned=True), int64, int64, Array(int64, 1, "
+                                               "'C', True, aligned=True), Array(int64, 1, 'C', True, "
+                                               "aligned=True), Array(int64, 1, 'C', True, aligned=True), "
+                                               "Array(bool, 1, 'C', False, aligned=True))",),
  'memopt.schedule.ideal_search._search': ("(Array(int64, 1, 'C', False, aligned=True), int64, Array(int64, "
                                           "1, 'C', True, aligned=True), Array(int64, 1, 'C', True, "
                                           "aligned=True), Array(int64, 1, 'C', True, aligned=True), "
@@ -95,7 +122,24 @@ SIGNATURES = {'memopt.bounds.trap._closure_sums': ("(Array(bool, 2, 'C', True, a
                                               "aligned=True), Array(int64, 1, 'C', False, aligned=True), "
                                               "Array(int64, 1, 'C', False, aligned=True), Array(int64, 1, "
                                               "'C', False, aligned=True), Array(int64, 1, 'C', False, "
-                                              'aligned=True), omitted(default=-1))',),
+                                              'aligned=True), int64)',
+                                              "(int64, Array(bool, 1, 'C', False, aligned=True), Array(bool, "
+                                              "1, 'C', False, aligned=True), Array(bool, 1, 'C', True, "
+                                              "aligned=True), Array(int64, 1, 'C', True, aligned=True), "
+                                              "Array(int64, 1, 'C', True, aligned=True), int64, Array(int64, "
+                                              "1, 'C', True, aligned=True), Array(int64, 1, 'C', True, "
+                                              "aligned=True), Array(int64, 1, 'C', False, aligned=True), "
+                                              "Array(int64, 1, 'C', False, aligned=True), Array(int64, 1, "
+                                              "'C', False, aligned=True), Array(int64, 1, 'C', False, "
+                                              "aligned=True), Array(int64, 1, 'C', False, aligned=True), "
+                                              "Array(int64, 1, 'C', False, aligned=True), Array(int64, 1, "
+                                              "'C', False, aligned=True), Array(int64, 1, 'C', False, "
+                                              'aligned=True), omitted(default=-1))'),
+ 'memopt.schedule.ideal_search._unrun': ("(int64, Array(bool, 1, 'C', False, aligned=True), Array(int64, 1, "
+                                         "'C', False, aligned=True), Array(int64, 1, 'C', False, "
+                                         "aligned=True), int64, int64, Array(int64, 1, 'C', True, "
+                                         "aligned=True), Array(int64, 1, 'C', True, aligned=True), "
+                                         "Array(int64, 1, 'C', True, aligned=True))",),
  'memopt.schedule.local_search._ils': ("(Array(int64, 1, 'C', False, aligned=True), Array(int64, 1, 'C', "
                                        "False, aligned=True), Array(int64, 1, 'C', True, aligned=True), "
                                        "Array(int64, 1, 'C', True, aligned=True), int64, Array(int64, 1, "
@@ -107,7 +151,10 @@ SIGNATURES = {'memopt.bounds.trap._closure_sums': ("(Array(bool, 2, 'C', True, a
                                        "int64, int64, Array(int64, 1, 'C', False, aligned=True))",)}
 
 #: call kind -> the kernels it may run besides those of the kinds it includes
-KINDS = {'remat': ('memopt.remat.last_runs._last_run_traps',),
+KINDS = {'remat': ('memopt.core.closure._solve_arcs',
+           'memopt.core.closure.max_flow_value',
+           'memopt.remat.last_runs._last_run_traps',
+           'memopt.remat.last_runs._spread'),
  'schedule': ('memopt.bounds.trap._closure_sums',
               'memopt.core._kernels.complete_with_releases',
               'memopt.core._kernels.csr_from_pairs',
@@ -117,15 +164,70 @@ KINDS = {'remat': ('memopt.remat.last_runs._last_run_traps',),
               'memopt.core.closure._max_flow_kernel',
               'memopt.core.closure.picard_network',
               'memopt.schedule.greedy._greedy_kernel',
+              'memopt.schedule.ideal_search._account',
+              'memopt.schedule.ideal_search._memo_find',
+              'memopt.schedule.ideal_search._run_cascade',
               'memopt.schedule.ideal_search._search',
               'memopt.schedule.ideal_search._start',
               'memopt.schedule.ideal_search._state_trap',
+              'memopt.schedule.ideal_search._unrun',
               'memopt.schedule.local_search._ils')}
 
 #: call kind -> the kinds of call it makes (a remat call schedules first)
 INCLUDES = {'remat': ('schedule',)}
 
 #: phase of a call (``kind:phase``, :func:`memopt._jit.phase`) -> the kernels it chose
-PHASES = {}
+PHASES = {'schedule:base': ('memopt.core._kernels.csr_from_pairs',
+                   'memopt.core._kernels.dedupe_csr_rows',
+                   'memopt.core._kernels.kahn_order',
+                   'memopt.core._kernels.segment_max'),
+ 'schedule:bfs': ('memopt.core._kernels.segment_max',),
+ 'schedule:bounds': ('memopt.bounds.trap._closure_sums',
+                     'memopt.core.closure._max_flow_kernel',
+                     'memopt.core.closure.picard_network'),
+ 'schedule:dfs': ('memopt.core._kernels.segment_max',),
+ 'schedule:greedy': ('memopt.core._kernels.complete_with_releases',
+                     'memopt.core._kernels.segment_max',
+                     'memopt.schedule.greedy._greedy_kernel'),
+ 'schedule:ideal-search': ('memopt.core._kernels.complete_with_releases',
+                           'memopt.core._kernels.segment_max',
+                           'memopt.schedule.greedy._greedy_kernel',
+                           'memopt.schedule.ideal_search._search',
+                           'memopt.schedule.ideal_search._start',
+                           'memopt.schedule.ideal_search._state_trap'),
+ 'schedule:inductor': ('memopt.core._kernels.segment_max',),
+ 'schedule:input': ('memopt.core._kernels.csr_from_pairs',
+                    'memopt.core._kernels.kahn_order',
+                    'memopt.core._kernels.segment_max'),
+ 'schedule:local-search': ('memopt.core._kernels.segment_max', 'memopt.schedule.local_search._ils'),
+ 'schedule:lpmf': ('memopt.core._kernels.segment_max',),
+ 'schedule:pair': ('memopt.bounds.trap._closure_sums',
+                   'memopt.core.closure._max_flow_kernel',
+                   'memopt.core.closure.picard_network'),
+ 'schedule:trap': ('memopt.bounds.trap._closure_sums',
+                   'memopt.core.closure._max_flow_kernel',
+                   'memopt.core.closure.picard_network')}
 
-SECONDS = {}
+#: kernel -> CPU seconds compiling it (after the kernels before it in the table) from an
+#: empty cache on the machine that generated the table: how warm shares them between processes
+SECONDS = {'memopt.bounds.trap._closure_sums': 1.6,
+ 'memopt.core._kernels.complete_with_releases': 1.4,
+ 'memopt.core._kernels.csr_from_pairs': 0.6,
+ 'memopt.core._kernels.dedupe_csr_rows': 0.7,
+ 'memopt.core._kernels.kahn_order': 1.6,
+ 'memopt.core._kernels.segment_max': 0.5,
+ 'memopt.core.closure._max_flow_kernel': 3.0,
+ 'memopt.core.closure._solve_arcs': 0.0,
+ 'memopt.core.closure.max_flow_value': 0.4,
+ 'memopt.core.closure.picard_network': 4.1,
+ 'memopt.remat.last_runs._last_run_traps': 3.1,
+ 'memopt.remat.last_runs._spread': 0.0,
+ 'memopt.schedule.greedy._greedy_kernel': 5.0,
+ 'memopt.schedule.ideal_search._account': 0.6,
+ 'memopt.schedule.ideal_search._memo_find': 0.5,
+ 'memopt.schedule.ideal_search._run_cascade': 0.6,
+ 'memopt.schedule.ideal_search._search': 6.7,
+ 'memopt.schedule.ideal_search._start': 0.7,
+ 'memopt.schedule.ideal_search._state_trap': 1.2,
+ 'memopt.schedule.ideal_search._unrun': 0.0,
+ 'memopt.schedule.local_search._ils': 17.1}

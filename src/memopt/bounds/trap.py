@@ -171,7 +171,7 @@ def _net(dag: SignedDAG) -> _Net:
         e = np.zeros((0, 2), np.int64)
         r = e
     anc = ancestor_matrix(dag)
-    w = np.asarray(dag.delta, np.int64)
+    w = np.array(dag.delta, np.int64)  # writable, like -w: the kernels get one array type (one compile)
     inf = int(np.abs(w).sum()) + 1
     net = _Net(n=n, w=w, wr=-w, t=np.asarray(dag.transient, np.int64), base=int(dag.base),
                end=int(dag.base) + int(w.sum()), edges=e, redges=r, anc=anc, inf=inf)
