@@ -90,7 +90,7 @@ def test_kernel_table_names_kernels_with_signatures():
 
 
 def test_every_table_signature_compiles():
-    # warm skips what fails to compile (a stale table must not break a call): check none does
+    # warm skips only stale entries (another arity, an unknown type): check the table has none
     with _jit.mode("compiled"):
         _jit.warm("remat")
     for name in _jit.kernels_of("remat"):

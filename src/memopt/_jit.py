@@ -30,8 +30,9 @@ search's kernels costs ~0.5 s of CPU (LLVM start-up included),
 the greedy or trap kernels ~10-30 ms each once LLVM is up; pure Python runs greedy + forward
 trap in 2 ms on 34 nodes, 30 ms on 153, 110 ms on 351 (compiled: ~1 ms once loaded), graph
 construction in 50 ms on 1000 ops (first compiled load: 0.35 s). Compiling from a cold cache
-costs 1-3 s per kernel, 10-20 s for the whole exact search. ``benchmarks/latency.py``
-measures the resulting start-up and call latencies.
+costs 0.5-5 s per kernel, 7 s for the exact search's ``_search``, 17 s for the local search's
+``_ils``, about 50 s of CPU for every kernel (``benchmarks/jit_table.py --times`` prints the
+table). ``benchmarks/latency.py`` measures the resulting start-up and call latencies.
 
 Ahead of the clock: :func:`warm` compiles (or loads from the disk cache) every kernel of a
 kind of call (``"remat"``) or of one phase of a call (``"schedule:local-search"``) that the
@@ -676,16 +677,46 @@ def _cost(name: str) -> float:
     return float(SECONDS.get(name, 1.0))
 
 
+def _callees(dispatcher, seen: set | None = None) -> set:
+    """The kernels ``dispatcher`` calls, transitively (by the global names its code uses)."""
+    seen = set() if seen is None else seen
+    f = dispatcher.py_func
+    for name in f.__code__.co_names:
+        v = f.__globals__.get(name)
+        if _is_dispatcher(v) and id(v) not in seen:
+            seen.add(id(v))
+            _callees(v, seen)
+    return seen
+
+
 def _split(todo: list) -> tuple[list, list]:
-    """Longest first onto the lighter of two processes; the second (a child) starts a second late."""
-    mine, theirs = [], []
+    """Share ``todo`` between this process and a child: a kernel goes with the kernels of
+    ``todo`` it calls (compiling a caller compiles its callees; apart, both processes would),
+    then the groups, longest first, onto the lighter side (the child starts about a second
+    late, this process loads the child's kernels afterwards)."""
+    index = {id(t[1]): i for i, t in enumerate(todo)}
+    parent = list(range(len(todo)))
+
+    def find(i):
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for i, (_name, d, _sigs) in enumerate(todo):
+        for c in _callees(d):
+            if c in index:
+                parent[find(index[c])] = find(i)
+    groups: dict = {}
+    for i in range(len(todo)):
+        groups.setdefault(find(i), []).append(i)
+    sides: tuple = ([], [])
     load = [0.0, 1.0]
-    for item in sorted(todo, key=lambda t: -_cost(t[0])):
+    for members in sorted(groups.values(), key=lambda g: (-sum(_cost(todo[i][0]) for i in g), g[0])):
         k = 0 if load[0] <= load[1] else 1
-        (mine, theirs)[k].append(item)
-        load[k] += _cost(item[0])
-    order = {id(t[1]): i for i, t in enumerate(todo)}
-    return sorted(mine, key=lambda t: order[id(t[1])]), sorted(theirs, key=lambda t: order[id(t[1])])
+        sides[k].extend(members)
+        load[k] += sum(_cost(todo[i][0]) for i in members)
+    return [todo[i] for i in sorted(sides[0])], [todo[i] for i in sorted(sides[1])]
 
 
 def _compile(todo: list) -> None:
