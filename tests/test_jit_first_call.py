@@ -360,3 +360,26 @@ def test_memopt_kernels_lock_their_cache():
 
     for d in (kahn_order, _ils):
         assert d._cache._cache_file.memopt_locked
+
+
+def test_no_kernel_compiles_twice_for_read_only_and_writable_arrays():
+    """Each such pair is a second compile of the whole kernel and its callees (seconds each):
+    call sites pass one kind (``_jit.readonly`` or a writable copy)."""
+    import numba
+
+    def loosen(t):
+        return t.copy(readonly=False) if isinstance(t, numba.core.types.Array) else t
+
+    for name, texts in SIGNATURES.items():
+        sigs = [_jit._signature(t) for t in texts]
+        loose = [tuple(loosen(t) for t in s) for s in sigs]
+        assert len(set(loose)) == len(loose), name
+
+
+def test_readonly_is_a_view_that_leaves_the_array_writable():
+    import numpy as np
+
+    a = np.arange(5, dtype=np.int64)
+    v = _jit.readonly(a)
+    assert not v.flags.writeable and a.flags.writeable and np.shares_memory(a, v)
+    assert _jit.readonly(v) is v

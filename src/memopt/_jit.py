@@ -335,6 +335,8 @@ def choose(dispatcher, size: int | None = None):
     about what loading it from the disk cache (:data:`ESCALATE_SECONDS`) or compiling it
     (:data:`ESCALATE_COLD_SECONDS`) would, later calls get the compiled kernel (ski rental:
     a process that schedules many small graphs ends up compiled, a one-off call never waits).
+    The switch compiles the kernel at once and counts the seconds in
+    :func:`escalation_seconds`, which a scheduling session keeps off its clock.
     """
     m, block_size = current_mode()
     return _decide(dispatcher, size if size is not None else block_size, m)

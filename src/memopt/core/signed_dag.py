@@ -129,7 +129,7 @@ class SignedDAG:
             from memopt.core.tensor_graph import _find_cycle
 
             indeg = np.diff(self.pred_ptr).astype(np.int64)
-            order = _jit.choose(kahn_order, self.n)(self.succ_ptr, self.succ_idx, indeg)
+            order = _jit.choose(kahn_order, self.n)(_jit.readonly(self.succ_ptr), _jit.readonly(self.succ_idx), indeg)
             if order.shape[0] < self.n:
                 cyc = _find_cycle(self.pred_ptr, self.pred_idx, order, self.n)
                 raise GraphError("cycle among nodes: " + " <- ".join(repr(self.names[i]) for i in cyc))
