@@ -2,10 +2,8 @@
 regenerate it after changing a kernel's arguments). :func:`memopt._jit.warm` reads it."""
 
 #: kernel (``module.name``) -> the numba signatures (reprs of ``numba.core.types``) it is compiled for
-SIGNATURES = {'memopt.bounds.trap._closure_sums': ("(Array(bool, 2, 'C', True, aligned=True), Array(int64, 1, 'C', False, "
-                                      'aligned=True))',
-                                      "(Array(bool, 2, 'C', True, aligned=True), Array(int64, 1, 'C', True, "
-                                      'aligned=True))'),
+SIGNATURES = {'memopt.bounds.trap._closure_sums': ("(Array(bool, 2, 'C', True, aligned=True), Array(int64, 1, 'C', True, "
+                                      'aligned=True))',),
  'memopt.core._kernels.complete_with_releases': ("(Array(int64, 1, 'C', True, aligned=True), Array(int64, 1, "
                                                  "'C', True, aligned=True), Array(int64, 1, 'C', False, "
                                                  "aligned=True), Array(bool, 1, 'C', False, aligned=True), "
@@ -14,33 +12,16 @@ SIGNATURES = {'memopt.bounds.trap._closure_sums': ("(Array(bool, 2, 'C', True, a
                                          'False, aligned=True), int64)',),
  'memopt.core._kernels.dedupe_csr_rows': ("(Array(int64, 1, 'C', False, aligned=True), Array(int64, 1, 'C', "
                                           'False, aligned=True), int64)',),
- 'memopt.core._kernels.kahn_order': ("(Array(int64, 1, 'C', False, aligned=True), Array(int64, 1, 'C', "
-                                     "False, aligned=True), Array(int64, 1, 'C', False, aligned=True))",
-                                     "(Array(int64, 1, 'C', True, aligned=True), Array(int64, 1, 'C', True, "
-                                     "aligned=True), Array(int64, 1, 'C', False, aligned=True))"),
+ 'memopt.core._kernels.kahn_order': ("(Array(int64, 1, 'C', True, aligned=True), Array(int64, 1, 'C', True, "
+                                     "aligned=True), Array(int64, 1, 'C', False, aligned=True))",),
  'memopt.core._kernels.segment_max': ("(Array(int64, 1, 'C', False, aligned=True), Array(int64, 1, 'C', "
-                                      'False, aligned=True), int64)',
-                                      "(Array(int64, 1, 'C', False, aligned=True), Array(int64, 1, 'C', "
-                                      'True, aligned=True), int64)'),
+                                      'True, aligned=True), int64)',),
  'memopt.core.closure._max_flow_kernel': ("(int64, int64, int64, Array(int64, 1, 'C', False, aligned=True), "
                                           "Array(int64, 1, 'C', False, aligned=True), Array(int64, 1, 'C', "
                                           'False, aligned=True))',),
- 'memopt.core.closure._solve_arcs': ("(int64, int64, int64, Array(int64, 1, 'C', False, aligned=True), "
-                                     "Array(int64, 1, 'C', False, aligned=True), Array(int64, 1, 'C', False, "
-                                     'aligned=True))',),
- 'memopt.core.closure.max_flow_value': ("(int64, int64, int64, Array(int64, 1, 'C', False, aligned=True), "
-                                        "Array(int64, 1, 'C', False, aligned=True), Array(int64, 1, 'C', "
-                                        'False, aligned=True))',),
  'memopt.core.closure.picard_network': ("(Array(bool, 1, 'C', False, aligned=True), Array(bool, 1, 'C', "
-                                        "False, aligned=True), Array(int64, 1, 'C', False, aligned=True), "
-                                        "Array(int64, 2, 'C', False, aligned=True), Literal[int](-1), "
-                                        'Literal[int](-1), int64)',
-                                        "(Array(bool, 1, 'C', False, aligned=True), Array(bool, 1, 'C', "
-                                        "False, aligned=True), Array(int64, 1, 'C', False, aligned=True), "
-                                        "Array(int64, 2, 'C', False, aligned=True), int64, int64, int64)",
-                                        "(Array(bool, 1, 'C', False, aligned=True), Array(bool, 1, 'C', "
                                         "False, aligned=True), Array(int64, 1, 'C', True, aligned=True), "
-                                        "Array(int64, 2, 'C', False, aligned=True), int64, int64, int64)"),
+                                        "Array(int64, 2, 'C', False, aligned=True), int64, int64, int64)",),
  'memopt.remat.last_runs._last_run_traps': ("(Array(int64, 1, 'C', False, aligned=True), Array(int64, 1, "
                                             "'C', False, aligned=True), int64, int64, Array(int64, 2, 'C', "
                                             "False, aligned=True), Array(int64, 1, 'C', False, "
@@ -52,28 +33,11 @@ SIGNATURES = {'memopt.bounds.trap._closure_sums': ("(Array(bool, 2, 'C', True, a
                                             "False, aligned=True), Array(int64, 1, 'C', False, "
                                             "aligned=True), Array(int64, 1, 'C', False, aligned=True), "
                                             "Array(int64, 1, 'C', False, aligned=True), int64, int64)",),
- 'memopt.remat.last_runs._spread': ("(Array(int64, 1, 'C', False, aligned=True), Array(int64, 1, 'C', False, "
-                                    "aligned=True), Array(bool, 1, 'C', False, aligned=True), Array(int64, "
-                                    "1, 'C', False, aligned=True), Literal[int](1))",),
  'memopt.schedule.greedy._greedy_kernel': ("(Array(int64, 1, 'C', True, aligned=True), Array(int64, 1, 'C', "
                                            "True, aligned=True), Array(int64, 1, 'C', True, aligned=True), "
                                            "Array(int64, 1, 'C', True, aligned=True), Array(int64, 1, 'C', "
                                            "True, aligned=True), Array(int64, 1, 'C', True, aligned=True), "
                                            "int64, int64, Array(int64, 1, 'C', False, aligned=True))",),
- 'memopt.schedule.ideal_search._account': ("(int64, int64, Array(int64, 1, 'C', False, aligned=True), int64, "
-                                           "Array(bool, 1, 'C', False, aligned=True), Array(int64, 1, 'C', "
-                                           "False, aligned=True), Array(uint64, 1, 'C', False, "
-                                           "aligned=True), Array(int64, 1, 'C', False, aligned=True), "
-                                           "Array(int64, 2, 'C', False, aligned=True), bool)",),
- 'memopt.schedule.ideal_search._memo_find': ("(Array(uint64, 2, 'C', False, aligned=True), Array(bool, 1, "
-                                             "'C', False, aligned=True), Array(uint64, 1, 'C', False, "
-                                             'aligned=True))',),
- 'memopt.schedule.ideal_search._run_cascade': ("(int64, Array(bool, 1, 'C', False, aligned=True), "
-                                               "Array(int64, 1, 'C', False, aligned=True), Array(int64, 1, "
-                                               "'C', False, aligned=True), int64, int64, Array(int64, 1, "
-                                               "'C', True, aligned=True), Array(int64, 1, 'C', True, "
-                                               "aligned=True), Array(int64, 1, 'C', True, aligned=True), "
-                                               "Array(bool, 1, 'C', False, aligned=True))",),
  'memopt.schedule.ideal_search._search': ("(Array(int64, 1, 'C', False, aligned=True), int64, Array(int64, "
                                           "1, 'C', True, aligned=True), Array(int64, 1, 'C', True, "
                                           "aligned=True), Array(int64, 1, 'C', True, aligned=True), "
@@ -122,24 +86,7 @@ SIGNATURES = {'memopt.bounds.trap._closure_sums': ("(Array(bool, 2, 'C', True, a
                                               "aligned=True), Array(int64, 1, 'C', False, aligned=True), "
                                               "Array(int64, 1, 'C', False, aligned=True), Array(int64, 1, "
                                               "'C', False, aligned=True), Array(int64, 1, 'C', False, "
-                                              'aligned=True), int64)',
-                                              "(int64, Array(bool, 1, 'C', False, aligned=True), Array(bool, "
-                                              "1, 'C', False, aligned=True), Array(bool, 1, 'C', True, "
-                                              "aligned=True), Array(int64, 1, 'C', True, aligned=True), "
-                                              "Array(int64, 1, 'C', True, aligned=True), int64, Array(int64, "
-                                              "1, 'C', True, aligned=True), Array(int64, 1, 'C', True, "
-                                              "aligned=True), Array(int64, 1, 'C', False, aligned=True), "
-                                              "Array(int64, 1, 'C', False, aligned=True), Array(int64, 1, "
-                                              "'C', False, aligned=True), Array(int64, 1, 'C', False, "
-                                              "aligned=True), Array(int64, 1, 'C', False, aligned=True), "
-                                              "Array(int64, 1, 'C', False, aligned=True), Array(int64, 1, "
-                                              "'C', False, aligned=True), Array(int64, 1, 'C', False, "
-                                              'aligned=True), omitted(default=-1))'),
- 'memopt.schedule.ideal_search._unrun': ("(int64, Array(bool, 1, 'C', False, aligned=True), Array(int64, 1, "
-                                         "'C', False, aligned=True), Array(int64, 1, 'C', False, "
-                                         "aligned=True), int64, int64, Array(int64, 1, 'C', True, "
-                                         "aligned=True), Array(int64, 1, 'C', True, aligned=True), "
-                                         "Array(int64, 1, 'C', True, aligned=True))",),
+                                              'aligned=True), omitted(default=-1))',),
  'memopt.schedule.local_search._ils': ("(Array(int64, 1, 'C', False, aligned=True), Array(int64, 1, 'C', "
                                        "False, aligned=True), Array(int64, 1, 'C', True, aligned=True), "
                                        "Array(int64, 1, 'C', True, aligned=True), int64, Array(int64, 1, "
@@ -151,14 +98,7 @@ SIGNATURES = {'memopt.bounds.trap._closure_sums': ("(Array(bool, 2, 'C', True, a
                                        "int64, int64, Array(int64, 1, 'C', False, aligned=True))",)}
 
 #: call kind -> the kernels it may run besides those of the kinds it includes
-KINDS = {'remat': ('memopt.core.closure._solve_arcs',
-           'memopt.core.closure.max_flow_value',
-           'memopt.remat.last_runs._last_run_traps',
-           'memopt.remat.last_runs._spread',
-           'memopt.schedule.ideal_search._account',
-           'memopt.schedule.ideal_search._memo_find',
-           'memopt.schedule.ideal_search._run_cascade',
-           'memopt.schedule.ideal_search._unrun'),
+KINDS = {'remat': ('memopt.remat.last_runs._last_run_traps',),
  'schedule': ('memopt.bounds.trap._closure_sums',
               'memopt.core._kernels.complete_with_releases',
               'memopt.core._kernels.csr_from_pairs',
@@ -210,24 +150,17 @@ PHASES = {'schedule:base': ('memopt.core._kernels.csr_from_pairs',
 
 #: kernel -> CPU seconds compiling it (after the kernels before it in the table) from an
 #: empty cache on the machine that generated the table: how warm shares them between processes
-SECONDS = {'memopt.bounds.trap._closure_sums': 2.1,
+SECONDS = {'memopt.bounds.trap._closure_sums': 1.5,
  'memopt.core._kernels.complete_with_releases': 1.3,
- 'memopt.core._kernels.csr_from_pairs': 0.6,
- 'memopt.core._kernels.dedupe_csr_rows': 0.7,
- 'memopt.core._kernels.kahn_order': 1.4,
- 'memopt.core._kernels.segment_max': 0.6,
- 'memopt.core.closure._max_flow_kernel': 2.7,
- 'memopt.core.closure._solve_arcs': 0.0,
- 'memopt.core.closure.max_flow_value': 0.4,
- 'memopt.core.closure.picard_network': 3.7,
- 'memopt.remat.last_runs._last_run_traps': 2.4,
- 'memopt.remat.last_runs._spread': 0.0,
- 'memopt.schedule.greedy._greedy_kernel': 3.2,
- 'memopt.schedule.ideal_search._account': 0.0,
- 'memopt.schedule.ideal_search._memo_find': 0.0,
- 'memopt.schedule.ideal_search._run_cascade': 0.0,
- 'memopt.schedule.ideal_search._search': 7.1,
- 'memopt.schedule.ideal_search._start': 0.7,
- 'memopt.schedule.ideal_search._state_trap': 1.6,
- 'memopt.schedule.ideal_search._unrun': 0.0,
- 'memopt.schedule.local_search._ils': 14.6}
+ 'memopt.core._kernels.csr_from_pairs': 0.4,
+ 'memopt.core._kernels.dedupe_csr_rows': 0.9,
+ 'memopt.core._kernels.kahn_order': 0.7,
+ 'memopt.core._kernels.segment_max': 0.2,
+ 'memopt.core.closure._max_flow_kernel': 2.1,
+ 'memopt.core.closure.picard_network': 1.2,
+ 'memopt.remat.last_runs._last_run_traps': 3.4,
+ 'memopt.schedule.greedy._greedy_kernel': 3.1,
+ 'memopt.schedule.ideal_search._search': 7.2,
+ 'memopt.schedule.ideal_search._start': 0.6,
+ 'memopt.schedule.ideal_search._state_trap': 0.8,
+ 'memopt.schedule.local_search._ils': 14.0}
