@@ -90,7 +90,7 @@ def test_kernel_table_names_kernels_with_signatures():
 
 
 def test_every_table_signature_compiles():
-    # warm skips what fails to compile (a stale table must not break a call): check none does
+    # warm skips only stale entries (another arity, an unknown type): check the table has none
     with _jit.mode("compiled"):
         _jit.warm("remat")
     for name in _jit.kernels_of("remat"):
@@ -218,3 +218,168 @@ def test_warm_compiles_a_mid_size_instance_even_with_a_cold_cache(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["True", "False"]
+
+
+# ---------------------------------------------------------------------------- stale table entries
+
+def test_warm_skips_stale_entries_and_raises_real_compile_errors(monkeypatch):
+    """A name that is no longer a kernel, or a signature of another arity, is a stale table
+    (skipped: the kernel compiles on first use); a signature that does not type-check is a
+    compile error and surfaces."""
+    from memopt import _jit_signatures as table
+    from memopt.core._kernels import kahn_order
+
+    good = table.SIGNATURES["memopt.core._kernels.kahn_order"]
+    monkeypatch.setitem(table.SIGNATURES, "memopt.core._kernels.gone", good)
+    monkeypatch.setitem(table.SIGNATURES, "memopt.no_such_module.kernel", good)
+    monkeypatch.setitem(table.SIGNATURES, "memopt.core._kernels.kahn_order", good + ("(int64,)", "(Bogus,)"))
+    monkeypatch.setitem(table.PHASES, "schedule:stale", ("memopt.core._kernels.gone", "memopt.no_such_module.kernel",
+                                                         "memopt.core._kernels.kahn_order"))
+    with _jit.mode("compiled"):
+        assert _jit.warm("schedule:stale") >= 0.0
+    assert {_jit._signature(t) for t in good} <= set(kahn_order.overloads)
+    # float arrays where the kernel indexes with them: numba cannot type it, and warm says so
+    monkeypatch.setitem(table.SIGNATURES, "memopt.core._kernels.kahn_order",
+                        ("(float64, float64, float64)",))
+    from numba.core.errors import TypingError
+
+    with _jit.mode("compiled"), pytest.raises(TypingError):
+        _jit.warm("schedule:stale")
+
+
+def test_unknown_phase_runs_no_kernel():
+    assert _jit.kernels_of("schedule:no-such-phase") == ()
+    assert "memopt.schedule.local_search._ils" in _jit.kernels_of("schedule:local-search")
+    assert "memopt.schedule.ideal_search._search" in _jit.kernels_of("schedule:ideal-search")
+    assert set(_jit.kernels_of("schedule:greedy")) <= set(_jit.kernels_of("schedule"))
+
+
+# ---------------------------------------------------------------------------- phase by phase
+
+def test_schedule_warms_only_the_phases_it_reaches(monkeypatch):
+    """A call certified by its first bounds never warms the searches; every phase it runs is
+    warmed before it runs (the phase names are those of the table)."""
+    asked = []
+    real = _jit.warm
+
+    def recording(kind, size=None, **kw):
+        asked.append(kind)
+        return real(kind, size, **kw)
+
+    monkeypatch.setattr(_jit, "warm", recording)
+    resnet = os.path.join(ROOT, "..", "shared", "data", "checkmate-graphs", "ResNet50_256_224_224_3_train_nx.json")
+    if not os.path.exists(resnet):
+        pytest.skip(f"shared data absent: {resnet}")
+    r = memopt.schedule(memopt.load_graph(resnet), time_limit=30)
+    ran = set(r.stats.get("methods", {})) | set(r.stats.get("not_applicable", {}))
+    assert asked[0] == "schedule:base" and "schedule:trap" in asked
+    assert set(asked) - {"schedule:base", "schedule:trap", "schedule:pair"} == {"schedule:" + m for m in ran}
+    # the training graph is certified by its first bounds: the searches are neither run nor compiled
+    assert r.status == "certified"
+    assert "schedule:local-search" not in asked and "schedule:ideal-search" not in asked
+
+
+def test_phase_gives_compile_seconds_back_to_the_deadline(tmp_path):
+    """In a fresh process with an empty cache: the ski-rental switch inside a phase compiles,
+    and the session moves its deadline by exactly what the phase spent compiling."""
+    code = (
+        "import memopt\n"
+        "from memopt import _jit\n"
+        "from memopt.core._kernels import kahn_order\n"
+        "from memopt.core.problem import SchedulingProblem\n"
+        "from memopt.schedule.portfolio import Session\n"
+        f"g = memopt.load_graph({MLP!r})\n"
+        "s = Session(SchedulingProblem(g, None), 10.0)\n"
+        "d0 = s.deadline\n"
+        "assert not _jit.is_compiled(kahn_order)\n"
+        "with s.phase('test'):\n"
+        "    _jit._escalate(kahn_order)\n"
+        "assert _jit.is_compiled(kahn_order) and _jit.escalation_seconds() > 0\n"
+        "assert s.compile_seconds >= _jit.escalation_seconds()\n"
+        "assert abs((s.deadline - d0) - s.compile_seconds) < 1e-9\n"
+        "print('ok')\n"
+    )
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path), "PYTHONPATH": os.path.join(ROOT, "src")}
+    env.pop("MEMOPT_JIT", None)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["ok"]
+
+
+# ---------------------------------------------------------------------------- two processes
+
+def test_two_process_compile_fills_the_cache_with_the_same_kernels(tmp_path):
+    """Kernels compiled by ``warm``'s child process (a few small ones, forced in parallel) are
+    in the disk cache, load in a fresh process, and compute what their pure twins compute."""
+    names = ["memopt.core._kernels.kahn_order", "memopt.core._kernels.segment_max",
+             "memopt.core._kernels.csr_from_pairs", "memopt.core._kernels.dedupe_csr_rows"]
+    compile_code = (
+        "from memopt import _jit\n"
+        "from memopt._jit_signatures import SIGNATURES\n"
+        "_jit.PARALLEL_MIN_SECONDS = 0.0\n"
+        f"names = {names!r}\n"
+        "todo = [(n, _jit._table_dispatcher(n), [_jit._signature(t) for t in SIGNATURES[n]]) for n in names]\n"
+        "mine, theirs = _jit._split(todo)\n"
+        "assert mine and theirs\n"
+        "_jit.compile_kernels(todo, processes=2)\n"
+        "print(' '.join(n for n, _d, _s in theirs))\n"
+    )
+    check_code = (
+        "import numpy as np\n"
+        "from memopt import _jit\n"
+        "from memopt._jit_signatures import SIGNATURES\n"
+        "import sys\n"
+        "for n in sys.argv[1:]:\n"
+        "    d = _jit._table_dispatcher(n)\n"
+        "    assert _jit.on_disk(d), n\n"
+        "    for t in SIGNATURES[n]:\n"
+        "        d.compile(_jit._signature(t))\n"
+        "    assert all(o.metadata is None for o in d.overloads.values()), n  # loaded, not compiled\n"
+        "from memopt.core._kernels import kahn_order\n"
+        "ptr = np.array([0, 2, 3, 3, 3], np.int64); idx = np.array([1, 2, 3], np.int64)\n"
+        "indeg = np.array([0, 1, 1, 1], np.int64)\n"
+        "a = kahn_order(ptr, idx, indeg.copy()); b = _jit.pure(kahn_order)(ptr, idx, indeg.copy())\n"
+        "assert list(a) == list(b) == [0, 1, 2, 3], (a, b)\n"
+        "print('ok')\n"
+    )
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path), "PYTHONPATH": os.path.join(ROOT, "src")}
+    env.pop("MEMOPT_JIT", None)
+    out = subprocess.run([sys.executable, "-c", compile_code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    theirs = out.stdout.split()
+    assert theirs and set(theirs) < set(names)
+    out = subprocess.run([sys.executable, "-c", check_code, *names], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["ok"]
+
+
+def test_memopt_kernels_lock_their_cache():
+    from memopt.core._kernels import kahn_order
+    from memopt.schedule.local_search import _ils
+
+    for d in (kahn_order, _ils):
+        assert d._cache._cache_file.memopt_locked
+
+
+def test_no_kernel_compiles_twice_for_read_only_and_writable_arrays():
+    """Each such pair is a second compile of the whole kernel and its callees (seconds each):
+    call sites pass one kind (``_jit.readonly`` or a writable copy)."""
+    import numba
+
+    def loosen(t):
+        return t.copy(readonly=False) if isinstance(t, numba.core.types.Array) else t
+
+    for name, texts in SIGNATURES.items():
+        sigs = [_jit._signature(t) for t in texts]
+        loose = [tuple(loosen(t) for t in s) for s in sigs]
+        assert len(set(loose)) == len(loose), name
+
+
+def test_readonly_is_a_view_that_leaves_the_array_writable():
+    import numpy as np
+
+    a = np.arange(5, dtype=np.int64)
+    v = _jit.readonly(a)
+    assert not v.flags.writeable and a.flags.writeable and np.shares_memory(a, v)
+    assert _jit.readonly(v) is v

@@ -30,18 +30,31 @@ search's kernels costs ~0.5 s of CPU (LLVM start-up included),
 the greedy or trap kernels ~10-30 ms each once LLVM is up; pure Python runs greedy + forward
 trap in 2 ms on 34 nodes, 30 ms on 153, 110 ms on 351 (compiled: ~1 ms once loaded), graph
 construction in 50 ms on 1000 ops (first compiled load: 0.35 s). Compiling from a cold cache
-costs 1-3 s per kernel, 10-20 s for the whole exact search. ``benchmarks/latency.py``
-measures the resulting start-up and call latencies.
+costs 0.3-4 s per kernel, 7 s for the exact search's ``_search``, 14 s for the local search's
+``_ils``, about 38 s of CPU for every kernel in one process (2026-12-02;
+``benchmarks/jit_table.py --times`` prints the table). ``benchmarks/latency.py`` measures the resulting start-up and call latencies.
 
-Ahead of the clock: ``memopt.schedule`` and ``memopt.remat`` call :func:`warm` with their
-kind before their deadline exists. It compiles (or loads from the disk cache) every kernel of
-that kind that the mode in effect would run compiled at the instance's size, for the
-signatures listed in :mod:`memopt._jit_signatures` (the kernels and signatures each kind of
-call uses, recorded by ``benchmarks/jit_table.py``), and the call reports those seconds as
-``stats["compile_seconds"]``, outside its ``seconds``. A solve therefore compiles nothing, so
-compilation cannot eat its time limit. The one exception is the ski-rental switch above: a
-kernel running as pure Python that has cost more than compiling it would is compiled
-mid-solve. An unknown ``MEMOPT_JIT`` value raises :class:`~memopt.errors.OptionError`.
+Ahead of the clock: :func:`warm` compiles (or loads from the disk cache) every kernel of a
+kind of call (``"remat"``) or of one phase of a call (``"schedule:local-search"``) that the
+mode in effect would run compiled at the instance's size, for the signatures listed in
+:mod:`memopt._jit_signatures` (the kernels and signatures each kind and phase uses, recorded
+by ``benchmarks/jit_table.py``). ``memopt.remat`` warms its kind before its deadline exists;
+``memopt.schedule`` warms what it runs outside its phases before its clock starts, and its
+:class:`~memopt.schedule.portfolio.Session` warms each phase right before the phase and moves
+the deadline by the seconds that took, so a call compiles only the phases it reaches (a
+training graph certified by its first bounds never compiles the searches). Both report those
+seconds as ``stats["compile_seconds"]``, outside their ``seconds``. A solve therefore compiles
+nothing on its clock. The ski-rental switch above is the one compilation that happens
+mid-solve: the switch compiles the kernel's table signatures at once and accounts the seconds
+(:func:`escalation_seconds`), which the session gives back to its deadline when the phase
+ends; it happens only after the kernel's pure-Python calls have cost
+:data:`ESCALATE_SECONDS` (or :data:`ESCALATE_COLD_SECONDS`), so the phase in which it happens
+has already run that long. Kernels missing from the disk cache compile in two processes when
+two CPUs are available (:func:`compile_kernels`): a child process compiles about half of them
+into numba's disk cache while this one compiles the rest, then loads the child's. Every
+kernel's cache reads and writes are locked between processes (numba's own save is not safe
+against a concurrent save of another overload of the same kernel). An unknown ``MEMOPT_JIT``
+value raises :class:`~memopt.errors.OptionError`.
 
 numba itself is imported lazily, the first time a kernel module is imported; ``import
 memopt`` does not import it.
@@ -59,7 +72,8 @@ from typing import Callable, Iterator
 
 __all__ = ["kernel", "choose", "mode", "current_mode", "pure", "is_compiled", "on_disk", "note_compiling",
            "compile_notes", "set_compile_hook", "Adaptive", "pure_seconds", "PURE_MAX", "COLD_FACTOR",
-           "ESCALATE_SECONDS", "ESCALATE_COLD_SECONDS", "MODES", "warm", "kernels_of", "recorded_signatures"]
+           "ESCALATE_SECONDS", "ESCALATE_COLD_SECONDS", "MODES", "warm", "kernels_of", "recorded_signatures",
+           "phase", "record_uses", "readonly", "compile_kernels", "workers", "escalation_seconds"]
 
 MODES = ("auto", "pure", "compiled")
 
@@ -80,6 +94,9 @@ ESCALATE_SECONDS = 0.5
 ESCALATE_COLD_SECONDS = 5.0
 
 _ENV = "MEMOPT_JIT"
+#: the phase of a call running now (:func:`phase`), for :func:`record_uses`
+_PHASE: contextvars.ContextVar = contextvars.ContextVar("memopt_jit_phase", default=None)
+_USES: dict | None = None  # phase -> names of the kernels chosen in it, while recording
 _MODE: contextvars.ContextVar = contextvars.ContextVar("memopt_jit_mode", default=None)
 
 _numba = None
@@ -121,6 +138,7 @@ def kernel(func: Callable | None = None, *, pure: Callable | None = None, pure_m
 
     def wrap(f):
         d = _load_numba().njit(**options)(f)
+        _lock_cache(d)
         if pure is not None:
             _PURE_IMPL[id(d)] = (d, pure)
         if pure_max is not None:
@@ -128,6 +146,40 @@ def kernel(func: Callable | None = None, *, pure: Callable | None = None, pure_m
         return d
 
     return wrap(func) if func is not None else wrap
+
+
+def _lock_cache(dispatcher) -> None:
+    """Make the kernel's disk-cache reads and writes exclusive between processes (an advisory
+    ``flock`` on a file beside numba's index). numba saves an overload by reading its index,
+    naming a data file after the entries it holds, writing the index, then the data: two
+    processes saving different overloads of one kernel at once can leave the index pointing at
+    the other's data. :func:`warm` compiles in two processes, which may both compile a shared
+    callee; with the lock each save and load is whole. Where no lock file can be made (a
+    read-only cache, no ``fcntl``), numba's own behaviour is kept."""
+    cache_file = getattr(getattr(dispatcher, "_cache", None), "_cache_file", None)
+    if cache_file is None or not hasattr(cache_file, "_index_path"):
+        return
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: warm compiles in one process
+        return
+    path = cache_file._index_path + ".lock"
+    save, load = cache_file.save, cache_file.load
+
+    def locked(f, *args):
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError:
+            return f(*args)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            return f(*args)
+        finally:
+            os.close(fd)  # releases the lock
+
+    cache_file.save = lambda key, data: locked(save, key, data)
+    cache_file.load = lambda key: locked(load, key)
+    cache_file.memopt_locked = True
 
 
 # ---------------------------------------------------------------------------- pure twins
@@ -283,12 +335,16 @@ def choose(dispatcher, size: int | None = None):
     about what loading it from the disk cache (:data:`ESCALATE_SECONDS`) or compiling it
     (:data:`ESCALATE_COLD_SECONDS`) would, later calls get the compiled kernel (ski rental:
     a process that schedules many small graphs ends up compiled, a one-off call never waits).
+    The switch compiles the kernel at once and counts the seconds in
+    :func:`escalation_seconds`, which a scheduling session keeps off its clock.
     """
     m, block_size = current_mode()
     return _decide(dispatcher, size if size is not None else block_size, m)
 
 
 def _decide(dispatcher, size, m):
+    if _USES is not None:
+        _USES.setdefault(_PHASE.get(), set()).add(dispatcher.py_func.__module__ + "." + dispatcher.__name__)
     if m == "pure":
         return pure(dispatcher)
     if m == "compiled" or size is None or is_compiled(dispatcher):
@@ -300,8 +356,40 @@ def _decide(dispatcher, size, m):
         acc = _account(dispatcher)
         if acc[1] <= (ESCALATE_SECONDS if on_disk(dispatcher) else ESCALATE_COLD_SECONDS):
             return acc[2]
+        _escalate(dispatcher)
     _maybe_note(dispatcher)
     return dispatcher
+
+
+_ESCALATED = [0.0]  # wall seconds spent compiling kernels at the ski-rental switch
+
+
+def _escalate(dispatcher) -> None:
+    """The ski-rental switch: compile (or load) the kernel now, for the signatures of the table,
+    and account the seconds (:func:`escalation_seconds`), so that the caller can keep them out
+    of its clock. A kernel the table does not list compiles on its first call instead."""
+    from memopt._jit_signatures import SIGNATURES
+
+    name = dispatcher.py_func.__module__ + "." + dispatcher.__name__
+    todo = []
+    for text in SIGNATURES.get(name, ()):
+        try:
+            sig = _table_signature(dispatcher, text)
+        except _Stale:
+            continue
+        if sig not in dispatcher.overloads:
+            todo.append(sig)
+    if todo:
+        t0 = time.perf_counter()
+        _compile([(name, dispatcher, todo)])
+        _ESCALATED[0] += time.perf_counter() - t0
+
+
+def escalation_seconds() -> float:
+    """Wall seconds this process has spent compiling kernels at the ski-rental switch of
+    :func:`choose` (mid-solve). :class:`memopt.schedule.portfolio.Session` gives them back to
+    its deadline and reports them in ``compile_seconds``."""
+    return _ESCALATED[0]
 
 
 def _account(dispatcher) -> list:
@@ -323,6 +411,17 @@ def _account(dispatcher) -> list:
     acc[2] = timed
     _SPENT[id(dispatcher)] = acc
     return acc
+
+
+def readonly(a):
+    """``a`` itself when it is read-only, else a read-only view of it. numba compiles a kernel
+    anew for each combination of writable and read-only arrays; call sites that pass the same
+    argument with either flag pass it read-only, so that the kernel compiles once."""
+    if not a.flags.writeable:
+        return a
+    v = a.view()
+    v.setflags(write=False)
+    return v
 
 
 def pure_seconds(dispatcher) -> float:
@@ -395,11 +494,35 @@ def compile_notes(enabled: bool) -> Iterator[None]:
 
 # ---------------------------------------------------------------------------- ahead of the clock
 
-def kernels_of(kind: str) -> tuple:
-    """The kernels (``module.name``) a call of ``kind`` (``"schedule"``, ``"remat"``) may run:
-    the table :mod:`memopt._jit_signatures` (generated by ``benchmarks/jit_table.py``)."""
-    from memopt._jit_signatures import INCLUDES, KINDS
+@contextlib.contextmanager
+def phase(name: str) -> Iterator[None]:
+    """Mark the block as phase ``name`` of a call (``"schedule:local-search"``): while
+    :func:`record_uses` is on, the kernels chosen in it are recorded under that name, which is
+    how ``benchmarks/jit_table.py`` learns what :func:`warm` compiles for each phase."""
+    token = _PHASE.set(name)
+    try:
+        yield
+    finally:
+        _PHASE.reset(token)
 
+
+def record_uses(on: bool = True) -> dict:
+    """Start (or stop) recording which kernels each :func:`phase` chooses; returns
+    ``{phase: sorted kernel names}`` recorded so far (``None``: outside any phase)."""
+    global _USES
+    out = {k: sorted(v) for k, v in (_USES or {}).items()}
+    _USES = {} if on else None
+    return out
+
+
+def kernels_of(kind: str) -> tuple:
+    """The kernels (``module.name``) a call of ``kind`` (``"schedule"``, ``"remat"``) may run,
+    or one phase of such a call (``"schedule:greedy"``; a phase the table does not list runs
+    no kernel): the table :mod:`memopt._jit_signatures` (generated by ``benchmarks/jit_table.py``)."""
+    from memopt._jit_signatures import INCLUDES, KINDS, PHASES
+
+    if ":" in kind and kind.partition(":")[0] in KINDS:
+        return tuple(PHASES.get(kind, ()))
     if kind not in KINDS:
         from memopt.errors import InternalError
 
@@ -467,37 +590,220 @@ def _signature(text: str) -> tuple:
     return sig
 
 
-def warm(kind: str, size: int | None = None) -> float:
+class _Stale(LookupError):
+    """A table entry that no longer names a kernel or matches its arguments (the table predates
+    a change to the kernels): :func:`warm` skips it, the kernel compiles on first use."""
+
+
+def _table_dispatcher(name: str):
+    """The kernel ``module.name`` of the table, or :class:`_Stale` when the module or the
+    kernel is gone (an import error inside an existing module is raised as it is)."""
+    import importlib
+
+    module, _, attr = name.rpartition(".")
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and module.startswith(exc.name):
+            raise _Stale(name) from None
+        raise
+    d = getattr(mod, attr, None)
+    if not _is_dispatcher(d):
+        raise _Stale(name)
+    return d
+
+
+def _table_signature(dispatcher, text: str) -> tuple:
+    """The signature ``text`` of the table, or :class:`_Stale` when it does not parse (a
+    type this numba does not know) or has another number of arguments than the kernel."""
+    import inspect
+
+    try:
+        sig = _signature(text)
+    except (NameError, SyntaxError, TypeError, AttributeError):
+        raise _Stale(text) from None
+    if not isinstance(sig, tuple) or len(sig) != len(inspect.signature(dispatcher.py_func).parameters):
+        raise _Stale(text)
+    return sig
+
+
+def _todo(kind: str, size: int | None, m: str) -> list:
+    """``[(name, dispatcher, [signatures not compiled in this process])]`` for the kernels of
+    ``kind`` the mode runs compiled at ``size``."""
+    from memopt._jit_signatures import SIGNATURES
+
+    out = []
+    for name in kernels_of(kind):
+        try:
+            d = _table_dispatcher(name)
+        except _Stale:
+            continue
+        if not _would_compile(d, size, m):
+            continue
+        sigs = []
+        for text in SIGNATURES.get(name, ()):
+            try:
+                sig = _table_signature(d, text)
+            except _Stale:
+                continue
+            if sig not in d.overloads and sig not in sigs:
+                sigs.append(sig)
+        if sigs:
+            out.append((name, d, sigs))
+    return out
+
+
+#: compile in parallel only when the kernels missing from the disk cache would take at least
+#: this many seconds in one process (a worker process costs about a second to start)
+PARALLEL_MIN_SECONDS = 4.0
+
+
+def workers() -> int:
+    """Processes :func:`warm` compiles in: the CPUs this process may use, at most 2 (the
+    kernels fall into two halves of similar cost; more would mostly compile shared callees
+    twice). 1 where the disk cache cannot be shared safely (no ``fcntl``)."""
+    try:
+        import fcntl  # noqa: F401
+    except ImportError:
+        return 1
+    try:
+        n = len(os.sched_getaffinity(0))
+    except AttributeError:
+        n = os.cpu_count() or 1
+    return max(1, min(2, n))
+
+
+def _cost(name: str) -> float:
+    from memopt._jit_signatures import SECONDS
+
+    return float(SECONDS.get(name, 1.0))
+
+
+def _callees(dispatcher, seen: set | None = None) -> set:
+    """The kernels ``dispatcher`` calls, transitively (by the global names its code uses)."""
+    seen = set() if seen is None else seen
+    f = dispatcher.py_func
+    for name in f.__code__.co_names:
+        v = f.__globals__.get(name)
+        if _is_dispatcher(v) and id(v) not in seen:
+            seen.add(id(v))
+            _callees(v, seen)
+    return seen
+
+
+def _split(todo: list) -> tuple[list, list]:
+    """Share ``todo`` between this process and a child: a kernel goes with the kernels of
+    ``todo`` it calls (compiling a caller compiles its callees; apart, both processes would),
+    then the groups, longest first, onto the lighter side (the child starts about a second
+    late, this process loads the child's kernels afterwards)."""
+    index = {id(t[1]): i for i, t in enumerate(todo)}
+    parent = list(range(len(todo)))
+
+    def find(i):
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for i, (_name, d, _sigs) in enumerate(todo):
+        for c in _callees(d):
+            if c in index:
+                parent[find(index[c])] = find(i)
+    groups: dict = {}
+    for i in range(len(todo)):
+        groups.setdefault(find(i), []).append(i)
+    sides: tuple = ([], [])
+    load = [0.0, 1.0]
+    for members in sorted(groups.values(), key=lambda g: (-sum(_cost(todo[i][0]) for i in g), g[0])):
+        k = 0 if load[0] <= load[1] else 1
+        sides[k].extend(members)
+        load[k] += sum(_cost(todo[i][0]) for i in members)
+    return [todo[i] for i in sorted(sides[0])], [todo[i] for i in sorted(sides[1])]
+
+
+def _compile(todo: list) -> None:
+    for _name, d, sigs in todo:
+        for sig in sigs:
+            if sig not in d.overloads:
+                _maybe_note(d)
+                d.compile(sig)
+
+
+def _cacheable(d) -> bool:
+    return bool(getattr(getattr(getattr(d, "_cache", None), "_cache_file", None), "memopt_locked", False))
+
+
+def _start_worker(todo: list):
+    """A child process compiling ``todo`` into numba's disk cache (``None`` if it cannot start)."""
+    import json
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.pop(_ENV, None)
+    payload = json.dumps([[name, [repr(tuple(sig)) for sig in sigs]] for name, _d, sigs in todo])
+    try:
+        proc = subprocess.Popen([sys.executable, "-c", "from memopt._jit import _worker_main; _worker_main()"],
+                                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                env=env)
+        proc.stdin.write(payload.encode())
+        proc.stdin.close()
+    except OSError:
+        return None
+    return proc
+
+
+def _worker_main() -> None:
+    """Entry point of :func:`warm`'s child: compile the kernels read from stdin (JSON)."""
+    import json
+
+    todo = []
+    for name, texts in json.load(sys.stdin):
+        d = _table_dispatcher(name)
+        todo.append((name, d, [_signature(t) for t in texts]))
+    _compile(todo)
+
+
+def compile_kernels(todo: list, processes: int | None = None) -> None:
+    """Compile (or load) ``[(name, dispatcher, [signatures])]`` in this process. When kernels
+    are missing from numba's disk cache and ``processes`` (default :func:`workers`) is 2,
+    about half of their estimated cost (``SECONDS`` of :mod:`memopt._jit_signatures`)
+    compiles in a child process into the disk cache while this one compiles the rest; this
+    process then loads the child's kernels from the cache (it compiles them itself if the
+    child failed). The result is the same kernels as a serial compile."""
+    processes = workers() if processes is None else processes
+    cold = [t for t in todo if not on_disk(t[1]) and _cacheable(t[1])]
+    if processes >= 2 and sum(_cost(t[0]) for t in cold) >= PARALLEL_MIN_SECONDS:
+        mine, theirs = _split(cold)
+        proc = _start_worker(theirs) if theirs else None
+        if proc is not None:
+            try:
+                _compile(mine)
+            finally:
+                proc.wait()
+    _compile(todo)
+
+
+def warm(kind: str, size: int | None = None, *, processes: int | None = None) -> float:
     """Compile (or load from numba's disk cache) every kernel a call of ``kind`` would run
     compiled on an instance of ``size`` (in the mode in effect, as :func:`choose` decides), for
     the signatures of :mod:`memopt._jit_signatures`. ``memopt.schedule`` and ``memopt.remat``
-    call it before their clock starts, so that compiling never eats a solve's time limit; they
+    call it before their clock starts (``kind`` a call, or one phase of it such as
+    ``"schedule:local-search"``), so that compiling never eats a solve's time limit; they
     report the returned wall seconds as ``stats["compile_seconds"]`` (importing numba and the
     kernel modules included, ~0.3 s, even when nothing needs compiling). Kernels the mode runs as
-    pure Python are left alone (a small instance never compiles). Also checks ``$MEMOPT_JIT``.
+    pure Python are left alone (a small instance never compiles). Kernels missing from the disk
+    cache compile in ``processes`` processes (:func:`compile_kernels`). Table entries that no
+    longer name a kernel or match its arguments are skipped (they compile on first use);
+    any other error, a kernel that does not compile, is raised. Also checks ``$MEMOPT_JIT``.
     """
     m, block_size = current_mode()
     if m == "pure":
         return 0.0
     size = size if size is not None else block_size
     t0 = time.perf_counter()
-    from memopt._jit_signatures import SIGNATURES
-
-    for name in kernels_of(kind):
-        try:
-            d = _dispatcher(name)
-        except Exception:  # a stale table (kernel renamed): it compiles on first use, as without warm
-            continue
-        if not _would_compile(d, size, m):
-            continue
-        for text in SIGNATURES.get(name, ()):
-            try:
-                sig = _signature(text)
-                if sig not in d.overloads:
-                    _maybe_note(d)
-                    d.compile(sig)
-            except Exception:  # a stale signature (arguments changed): same; tests/test_jit_first_call.py
-                continue       # fails until benchmarks/jit_table.py regenerates the table
+    compile_kernels(_todo(kind, size, m), processes)
     return time.perf_counter() - t0
 
 

@@ -2,10 +2,8 @@
 regenerate it after changing a kernel's arguments). :func:`memopt._jit.warm` reads it."""
 
 #: kernel (``module.name``) -> the numba signatures (reprs of ``numba.core.types``) it is compiled for
-SIGNATURES = {'memopt.bounds.trap._closure_sums': ("(Array(bool, 2, 'C', True, aligned=True), Array(int64, 1, 'C', False, "
-                                      'aligned=True))',
-                                      "(Array(bool, 2, 'C', True, aligned=True), Array(int64, 1, 'C', True, "
-                                      'aligned=True))'),
+SIGNATURES = {'memopt.bounds.trap._closure_sums': ("(Array(bool, 2, 'C', True, aligned=True), Array(int64, 1, 'C', True, "
+                                      'aligned=True))',),
  'memopt.core._kernels.complete_with_releases': ("(Array(int64, 1, 'C', True, aligned=True), Array(int64, 1, "
                                                  "'C', True, aligned=True), Array(int64, 1, 'C', False, "
                                                  "aligned=True), Array(bool, 1, 'C', False, aligned=True), "
@@ -14,23 +12,16 @@ SIGNATURES = {'memopt.bounds.trap._closure_sums': ("(Array(bool, 2, 'C', True, a
                                          'False, aligned=True), int64)',),
  'memopt.core._kernels.dedupe_csr_rows': ("(Array(int64, 1, 'C', False, aligned=True), Array(int64, 1, 'C', "
                                           'False, aligned=True), int64)',),
- 'memopt.core._kernels.kahn_order': ("(Array(int64, 1, 'C', False, aligned=True), Array(int64, 1, 'C', "
-                                     "False, aligned=True), Array(int64, 1, 'C', False, aligned=True))",
-                                     "(Array(int64, 1, 'C', True, aligned=True), Array(int64, 1, 'C', True, "
-                                     "aligned=True), Array(int64, 1, 'C', False, aligned=True))"),
+ 'memopt.core._kernels.kahn_order': ("(Array(int64, 1, 'C', True, aligned=True), Array(int64, 1, 'C', True, "
+                                     "aligned=True), Array(int64, 1, 'C', False, aligned=True))",),
  'memopt.core._kernels.segment_max': ("(Array(int64, 1, 'C', False, aligned=True), Array(int64, 1, 'C', "
-                                      'False, aligned=True), int64)',
-                                      "(Array(int64, 1, 'C', False, aligned=True), Array(int64, 1, 'C', "
-                                      'True, aligned=True), int64)'),
+                                      'True, aligned=True), int64)',),
  'memopt.core.closure._max_flow_kernel': ("(int64, int64, int64, Array(int64, 1, 'C', False, aligned=True), "
                                           "Array(int64, 1, 'C', False, aligned=True), Array(int64, 1, 'C', "
                                           'False, aligned=True))',),
  'memopt.core.closure.picard_network': ("(Array(bool, 1, 'C', False, aligned=True), Array(bool, 1, 'C', "
-                                        "False, aligned=True), Array(int64, 1, 'C', False, aligned=True), "
-                                        "Array(int64, 2, 'C', False, aligned=True), int64, int64, int64)",
-                                        "(Array(bool, 1, 'C', False, aligned=True), Array(bool, 1, 'C', "
                                         "False, aligned=True), Array(int64, 1, 'C', True, aligned=True), "
-                                        "Array(int64, 2, 'C', False, aligned=True), int64, int64, int64)"),
+                                        "Array(int64, 2, 'C', False, aligned=True), int64, int64, int64)",),
  'memopt.remat.last_runs._last_run_traps': ("(Array(int64, 1, 'C', False, aligned=True), Array(int64, 1, "
                                             "'C', False, aligned=True), int64, int64, Array(int64, 2, 'C', "
                                             "False, aligned=True), Array(int64, 1, 'C', False, "
@@ -124,3 +115,52 @@ KINDS = {'remat': ('memopt.remat.last_runs._last_run_traps',),
 
 #: call kind -> the kinds of call it makes (a remat call schedules first)
 INCLUDES = {'remat': ('schedule',)}
+
+#: phase of a call (``kind:phase``, :func:`memopt._jit.phase`) -> the kernels it chose
+PHASES = {'schedule:base': ('memopt.core._kernels.csr_from_pairs',
+                   'memopt.core._kernels.dedupe_csr_rows',
+                   'memopt.core._kernels.kahn_order',
+                   'memopt.core._kernels.segment_max'),
+ 'schedule:bfs': ('memopt.core._kernels.segment_max',),
+ 'schedule:bounds': ('memopt.bounds.trap._closure_sums',
+                     'memopt.core.closure._max_flow_kernel',
+                     'memopt.core.closure.picard_network'),
+ 'schedule:dfs': ('memopt.core._kernels.segment_max',),
+ 'schedule:greedy': ('memopt.core._kernels.complete_with_releases',
+                     'memopt.core._kernels.segment_max',
+                     'memopt.schedule.greedy._greedy_kernel'),
+ 'schedule:ideal-search': ('memopt.core._kernels.complete_with_releases',
+                           'memopt.core._kernels.segment_max',
+                           'memopt.schedule.greedy._greedy_kernel',
+                           'memopt.schedule.ideal_search._search',
+                           'memopt.schedule.ideal_search._start',
+                           'memopt.schedule.ideal_search._state_trap'),
+ 'schedule:inductor': ('memopt.core._kernels.segment_max',),
+ 'schedule:input': ('memopt.core._kernels.csr_from_pairs',
+                    'memopt.core._kernels.kahn_order',
+                    'memopt.core._kernels.segment_max'),
+ 'schedule:local-search': ('memopt.core._kernels.segment_max', 'memopt.schedule.local_search._ils'),
+ 'schedule:lpmf': ('memopt.core._kernels.segment_max',),
+ 'schedule:pair': ('memopt.bounds.trap._closure_sums',
+                   'memopt.core.closure._max_flow_kernel',
+                   'memopt.core.closure.picard_network'),
+ 'schedule:trap': ('memopt.bounds.trap._closure_sums',
+                   'memopt.core.closure._max_flow_kernel',
+                   'memopt.core.closure.picard_network')}
+
+#: kernel -> CPU seconds compiling it (after the kernels before it in the table) from an
+#: empty cache on the machine that generated the table: how warm shares them between processes
+SECONDS = {'memopt.bounds.trap._closure_sums': 1.5,
+ 'memopt.core._kernels.complete_with_releases': 1.3,
+ 'memopt.core._kernels.csr_from_pairs': 0.4,
+ 'memopt.core._kernels.dedupe_csr_rows': 0.9,
+ 'memopt.core._kernels.kahn_order': 0.7,
+ 'memopt.core._kernels.segment_max': 0.2,
+ 'memopt.core.closure._max_flow_kernel': 2.1,
+ 'memopt.core.closure.picard_network': 1.2,
+ 'memopt.remat.last_runs._last_run_traps': 3.4,
+ 'memopt.schedule.greedy._greedy_kernel': 3.1,
+ 'memopt.schedule.ideal_search._search': 7.2,
+ 'memopt.schedule.ideal_search._start': 0.6,
+ 'memopt.schedule.ideal_search._state_trap': 0.8,
+ 'memopt.schedule.local_search._ils': 14.0}

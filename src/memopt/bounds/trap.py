@@ -252,7 +252,8 @@ def _arcs(net: _Net, v: int, force_in=(), force_out=(), reverse: bool = False, e
             pout[b] = True
     w = net.wr if reverse else net.w
     ea, eb = (int(extra[0]), int(extra[1])) if extra else (-1, -1)
-    tails, heads, caps, w_pin, neg_free, free, clash = _jit.choose(picard_network, net.n)(pin, pout, w, edges, ea, eb, net.inf)
+    tails, heads, caps, w_pin, neg_free, free, clash = _jit.choose(picard_network, net.n)(
+        pin, pout, _jit.readonly(w), edges, ea, eb, net.inf)
     if clash:
         return None
     base = net.end if reverse else net.base
@@ -320,7 +321,7 @@ def _cheap_estimates(net: _Net, reverse: bool = False):
     """
     if not net.n:
         return np.zeros(0, np.int64)
-    w_anc, w_desc = _jit.choose(_closure_sums, net.n)(net.anc, net.w)
+    w_anc, w_desc = _jit.choose(_closure_sums, net.n)(_jit.readonly(net.anc), _jit.readonly(net.w))
     nothing = net.base + w_anc + net.w + net.t
     everything = net.end - w_desc + net.t
     return np.minimum(nothing, everything)
@@ -695,8 +696,8 @@ def simple_dag_bounds(dag) -> list[Bound]:
 def _node_relaxation(net: _Net) -> np.ndarray:
     neg = np.minimum(net.w, 0)
     closure_sums = _jit.choose(_closure_sums, net.n)
-    wanc, _ = closure_sums(net.anc, net.w)
-    neg_anc, neg_desc = closure_sums(net.anc, neg)
+    wanc, _ = closure_sums(_jit.readonly(net.anc), _jit.readonly(net.w))
+    neg_anc, neg_desc = closure_sums(_jit.readonly(net.anc), _jit.readonly(neg))
     neg_free = neg.sum() - neg_anc - neg_desc - neg
     return net.base + wanc + neg_free + net.w + net.t
 

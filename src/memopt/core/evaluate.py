@@ -124,7 +124,7 @@ def memory_profile(graph: TensorGraph, order: Sequence, *, validate: bool = True
     from memopt import _jit
     from memopt.core._kernels import segment_max
 
-    last_use = _jit.choose(segment_max, n)(pos[graph.cons_idx], graph.cons_ptr, np.int64(-2))
+    last_use = _jit.choose(segment_max, n)(pos[graph.cons_idx], _jit.readonly(graph.cons_ptr), np.int64(-2))
     # a tensor with no consumer dies with its producer's step (inputs: at the start)
     free = np.where(last_use >= -1, last_use, alloc)
     keep = graph.tensor_output

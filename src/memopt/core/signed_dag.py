@@ -129,7 +129,7 @@ class SignedDAG:
             from memopt.core.tensor_graph import _find_cycle
 
             indeg = np.diff(self.pred_ptr).astype(np.int64)
-            order = _jit.choose(kahn_order, self.n)(self.succ_ptr, self.succ_idx, indeg)
+            order = _jit.choose(kahn_order, self.n)(_jit.readonly(self.succ_ptr), _jit.readonly(self.succ_idx), indeg)
             if order.shape[0] < self.n:
                 cyc = _find_cycle(self.pred_ptr, self.pred_idx, order, self.n)
                 raise GraphError("cycle among nodes: " + " <- ".join(repr(self.names[i]) for i in cyc))
@@ -273,7 +273,7 @@ def dag_order_from_op_order(gd: GraphDAG, op_order: Sequence[int]) -> np.ndarray
 
     sub_ptr = np.concatenate([[0], np.cumsum(cnt)]).astype(np.int64)
     preds = dag.pred_idx[np.concatenate([np.arange(dag.pred_ptr[v], dag.pred_ptr[v + 1]) for v in rel])] if rel.size else np.zeros(0, np.int64)
-    when = _jit.choose(segment_max, dag.n)(pos[preds], sub_ptr, np.int64(-1))
+    when = _jit.choose(segment_max, dag.n)(pos[preds], _jit.readonly(sub_ptr), np.int64(-1))
     # sort key: ops at 2*pos+1, releases at 2*when+2 (after their last op), ready-at-start at 0
     key = np.concatenate([2 * pos[np.arange(n)] + 1, 2 * when + 2])
     return np.argsort(key, kind="stable").astype(np.int64)

@@ -562,7 +562,7 @@ class TensorGraph:
             ptr, idx = self.op_successors()
             s, d = self.op_edges()
             indeg = np.bincount(d, minlength=self.num_ops).astype(np.int64)
-            order = _jit.choose(kahn_order, self.num_ops)(ptr, idx, indeg)
+            order = _jit.choose(kahn_order, self.num_ops)(_jit.readonly(ptr), _jit.readonly(idx), indeg)
             if order.shape[0] < self.num_ops:
                 pptr, pidx = self.op_predecessors()
                 cycle = _find_cycle(pptr, pidx, order, self.num_ops)

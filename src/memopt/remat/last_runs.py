@@ -208,8 +208,9 @@ def _last_run_traps(nodes, ops, limit, N, edges, req_ptr, req_idx, dep_ptr, dep_
     for i in range(nodes.shape[0]):
         e = nodes[i]
         v = ops[i]
-        pin[:] = False
-        pout[:] = False
+        for x in range(N):  # not pin[:] = False: numba's slice assignment is slow to compile
+            pin[x] = False
+            pout[x] = False
         # forced in: what the event requires, transitively (the event itself stays unmarked)
         stack[0] = e
         _spread(req_ptr, req_idx, pin, stack, 1)

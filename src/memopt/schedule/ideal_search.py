@@ -189,11 +189,15 @@ def _account(L, tlen, trail, sign, is_rel, alloc_slot, key, D, gplus, use_lb):
 def _start(sc, B, base, delta, succ_ptr, succ_idx, indeg0, is_rel, done, deg, trail, key, D, f_tlen, f_e):
     """Reset the search state to the root (releases ready at the start already run)."""
     n = delta.shape[0]
-    done[:] = False
-    for v in range(indeg0.shape[0]):  # not deg[:] = indeg0: its shape check costs seconds to compile
+    # loops, not slice assignments (deg[:] = indeg0): numba's slice assignment costs seconds to compile
+    for v in range(done.shape[0]):
+        done[v] = False
+    for v in range(indeg0.shape[0]):
         deg[v] = indeg0[v]
-    key[:] = 0
-    D[:] = 0
+    for w in range(key.shape[0]):
+        key[w] = 0
+    for u in range(D.shape[0]):
+        D[u] = 0
     tlen = np.int64(0)  # not a literal 0, so that _run_cascade's overload is _search's
     mem = base
     for v in range(n):
@@ -324,7 +328,8 @@ def _search(sc, max_expand, delta, trans, succ_ptr, succ_idx, is_rel, alloc_slot
             if alloc_done == n_alloc and tlen == n:
                 sc[_TLEN] = tlen
                 return 1
-            f_key[depth, :] = key
+            for w in range(key.shape[0]):  # not f_key[depth, :] = key: its shape check costs seconds to compile
+                f_key[depth, w] = key[w]
             slot = _memo_find(memo_keys, memo_used, key)
             dead = False
             if slot >= 0 and memo_thr[slot] > B:
@@ -430,7 +435,8 @@ def _search(sc, max_expand, delta, trans, succ_ptr, succ_idx, is_rel, alloc_slot
         elif memo_count[0] < (cap * 7) // 10:
             s = -1 - slot
             memo_used[s] = True
-            memo_keys[s, :] = f_key[depth]
+            for w in range(memo_keys.shape[1]):
+                memo_keys[s, w] = f_key[depth, w]
             memo_thr[s] = e_val
             memo_count[0] += 1
         if depth == 0:

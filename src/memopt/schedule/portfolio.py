@@ -30,6 +30,7 @@ early when the gap closes, and later stages get what earlier ones did not use.
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import numpy as np
@@ -73,6 +74,9 @@ class Session:
         self.bounds: list = []          # Bound objects with their witnesses
         self.proven: int | None = None  # a bound proved by an exact method (no witness)
         self.stats: dict = {}
+        #: seconds spent compiling (or loading) kernels since the clock started, each phase's
+        #: kernels right before it runs; the deadline is moved by as much
+        self.compile_seconds = 0.0
 
     # -------------------------------------------------------------- clock and state
     def remaining(self) -> float:
@@ -106,6 +110,29 @@ class Session:
         _, _, pk = self.best()
         return None if pk is None else pk - self.lower()
 
+    # -------------------------------------------------------------- compiling phase by phase
+    @contextlib.contextmanager
+    def phase(self, name: str):
+        """Run the block as phase ``name`` of the call: first compile (or load) the kernels the
+        phase runs compiled at this size (:func:`memopt._jit.warm` of ``"schedule:" + name``),
+        then move the deadline by the seconds that took, so that the phase's time limit is
+        its solve's. Kernels compiled mid-phase at the ski-rental switch of
+        :func:`memopt._jit.choose` are given back the same way once the phase ends. A call
+        therefore compiles only the phases it reaches; a phase never compiles on its clock."""
+        from memopt import _jit
+
+        kind = "schedule:" + name
+        spent = _jit.warm(kind, self.problem.dag.n)
+        before = _jit.escalation_seconds()
+        try:
+            with _jit.phase(kind):
+                yield
+        finally:
+            spent += _jit.escalation_seconds() - before
+            self.compile_seconds += spent
+            self.deadline += spent
+            self.end += spent
+
     # -------------------------------------------------------------- running methods
     def consider(self, name: str, order) -> int:
         order = np.asarray(order, np.int64)
@@ -122,17 +149,18 @@ class Session:
         signature, run under ``name``; its order is checked (:func:`checked_method_result`)
         and the bound it claims is not used."""
         method = get_method(name) if func is None else None
-        budget = self.remaining() if time_limit is None else max(0.0, min(float(time_limit), self.remaining()))
         _, incumbent, _ = self.best()
         self.status(f"{name}" + (f" (gap {self.gap()})" if self.gap() else ""))
-        t = time.perf_counter()
-        try:
-            res = (method.load() if func is None else func)(
-                self.problem, time_limit=budget, incumbent=incumbent, lower_bound=self.lower(),
-                seed=self.seed if seed is None else seed, **options)
-        except NotApplicable as exc:
-            self.stats.setdefault("not_applicable", {})[name] = str(exc)
-            return None
+        with self.phase(name if func is None else "callable"):
+            budget = self.remaining() if time_limit is None else max(0.0, min(float(time_limit), self.remaining()))
+            t = time.perf_counter()
+            try:
+                res = (method.load() if func is None else func)(
+                    self.problem, time_limit=budget, incumbent=incumbent, lower_bound=self.lower(),
+                    seed=self.seed if seed is None else seed, **options)
+            except NotApplicable as exc:
+                self.stats.setdefault("not_applicable", {})[name] = str(exc)
+                return None
         if func is not None:
             res = checked_method_result(name, res, self.problem)
         entry = {"seconds": round(time.perf_counter() - t, 6)}
@@ -165,13 +193,15 @@ class Session:
         from memopt.bounds import trap
 
         self.status("trap bounds")
-        t = time.perf_counter()
-        if self.problem.graph is not None:
-            self.bounds += trap.simple_bounds(self.problem.graph)
-        self.bounds += trap.simple_dag_bounds(self.problem.dag)
-        if not self._met():
-            self.bounds.append(trap.forward_trap_bound(self.problem.dag, time_limit=min(time_limit, self.remaining())))
-        self.stats["trap_seconds"] = round(time.perf_counter() - t, 6)
+        with self.phase("trap"):
+            t = time.perf_counter()
+            if self.problem.graph is not None:
+                self.bounds += trap.simple_bounds(self.problem.graph)
+            self.bounds += trap.simple_dag_bounds(self.problem.dag)
+            if not self._met():
+                self.bounds.append(trap.forward_trap_bound(self.problem.dag,
+                                                           time_limit=min(time_limit, self.remaining())))
+            self.stats["trap_seconds"] = round(time.perf_counter() - t, 6)
 
     def add_pair_bound(self, time_limit: float) -> None:
         """The pair trap bound, aimed at the best peak (it stops when it reaches it)."""
@@ -181,8 +211,9 @@ class Session:
         if self.closed() or self.remaining() <= 0:
             return
         self.status(f"pair trap bound (gap {self.gap()})")
-        self.bounds.append(trap.pair_trap_bound(self.problem.dag, time_limit=min(time_limit, self.remaining()),
-                                                target=pk))
+        with self.phase("pair"):
+            self.bounds.append(trap.pair_trap_bound(self.problem.dag, time_limit=min(time_limit, self.remaining()),
+                                                    target=pk))
 
     def _met(self) -> bool:
         _, _, pk = self.best()
