@@ -563,7 +563,8 @@ def min_peak(graph: TensorGraph, cost_budget, cap=1, *, time_limit: float | None
 
 
 def treedp_method(problem, *, question: str, memory_limit=None, cost_budget=None, cap=1, time_limit: float = 10.0,
-                  incumbent=None, seed: int = 0, warm_start: float = 0.3, feasibility_share: float = 0.4):
+                  incumbent=None, seed: int = 0, warm_start: float = 0.3, feasibility_share: float = 0.4,
+                  clock=None):
     """Registry method ``treedp`` (see :mod:`memopt.remat.registry`): :func:`min_extra_cost` or
     :func:`min_peak`, with the common start and finish of every recomputation method (the
     footprint bound, the incumbent, exact re-evaluation of the plan).
@@ -578,10 +579,14 @@ def treedp_method(problem, *, question: str, memory_limit=None, cost_budget=None
     is the incumbent (``feasible``) with the cost lower bound. When no plan within the limit
     is known after the warm start, :func:`memopt.remat.feasibility.feasible_plan` runs first
     with ``feasibility_share`` of the time left: ``infeasible`` is then the answer (proved by
-    exhaustion), a plan it finds is the DP's incumbent."""
+    exhaustion), a plan it finds is the DP's incumbent. ``clock``: the caller's
+    :class:`memopt.clock.Clock` (its time left is the time limit)."""
     from memopt.remat.model_common import RematProblem, finish_result, start_result
+    from memopt.remat.time_shares import remat_clock
 
     t0 = time.perf_counter()
+    clock = remat_clock(time_limit, clock)
+    time_limit = clock.left()
     p = RematProblem.of(problem, cap)
     st = start_result(p, question, memory_limit, cost_budget, incumbent, "treedp", t0)
     if st.done:
@@ -595,7 +600,7 @@ def treedp_method(problem, *, question: str, memory_limit=None, cost_budget=None
 
         # the last runs before a read (proofs/remat_treedp.md Lemma 10): a peak bound that
         # the footprint bound of start_result does not see, cheap enough to try first
-        bound = last_run_bound(p.graph, st.memory_limit, time_limit=0.1 * float(time_limit))
+        bound = last_run_bound(p.graph, st.memory_limit, time_limit=clock.seconds("treedp.last_runs"))
         if bound.value > st.memory_limit:
             st.lower = max(st.lower, bound.value)
             return finish_result(p, st, None, ("infeasible",), "treedp", t0, {"last_run_bound": bound.proof})
