@@ -325,7 +325,9 @@ class _Call:
         plan, pk, _ = self.base()
         from memopt.remat.model_common import evaluate
 
-        best = RematResult(plan=plan, peak=pk, extra_cost=evaluate(p, plan)[1], status="feasible",
+        # within the limit, the no-recomputation plan is the least extra cost there is (costs are >= 0)
+        best = RematResult(plan=plan, peak=pk, extra_cost=evaluate(p, plan)[1],
+                           status="optimal" if question == "min_cost" else "feasible",
                            lower_bound=lower, cost_lower_bound=0 if question == "min_cost" else None, **common)
         if question == "min_cost" and pk > memory_limit:
             best = None
@@ -360,6 +362,10 @@ class _Call:
                         # 389 instead of 444): it runs on for up to that share while the local search polishes
                         best = self._polish(best, memory_limit, clock.child("auto.bound"), common, parts, beside=bg)
                         inc = best.plan
+                    elif bg is not None:
+                        # no plan to polish: the bound runs on for that share all the same (it
+                        # may prove that no plan exists; its cores are CP-SAT's clauses)
+                        bg.wait(clock.child("auto.bound"))
                     # CP-SAT needs both cores: the bound's child stops here
                     cb = self._cost_bound(bg, memory_limit, best, clock, "auto.bound", parts, wait=False)
                 e = _timed(parts, "cpsat", lambda: get_method("cpsat").load()(
@@ -387,8 +393,9 @@ class _Call:
                 bg.close()
         best = self._polish(best, memory_limit, clock, common, parts)
         if best is None:
-            best = RematResult(plan=None, peak=None, extra_cost=None, status="unknown", lower_bound=lower,
-                               cost_lower_bound=0, **common)
+            # no plan within the limit: the no-recomputation plan, as the best plan so far
+            best = RematResult(plan=plan, peak=pk, extra_cost=evaluate(p, plan)[1], status="unknown",
+                               lower_bound=lower, cost_lower_bound=0, **{**common, "method": "schedule"})
         stats = {**best.stats, "parts": parts}
         if best.status == "unknown":
             stats["reason"] = _reason(clock, parts)
@@ -447,7 +454,8 @@ class _Call:
             cb = cost_lower_bound(self.p.graph, memory_limit, list(self.p.caps), time_limit=sub.left(), clock=sub,
                                   stop_at=stop_at)
         parts["cost_bound"] = {"value": cb.value, "cores": len(cb.cores), "complete": cb.complete,
-                               "ended": cb.ended, "where": where, "seconds": round(time.perf_counter() - t, 3)}
+                               "status": cb.ended, "where": where,
+                               "seconds": round(time.perf_counter() - (bg.started if where == "process" else t), 3)}
         if bg is not None and where == "here":
             parts["cost_bound"]["process_error"] = bg.error or "no answer"
         return cb

@@ -120,6 +120,14 @@ class CostBoundProcess:
     def done(self) -> bool:
         return self._done.done()
 
+    def wait(self, clock) -> bool:
+        """Wait until the child is done or ``clock`` runs out, without stopping it: done?"""
+        try:
+            self._done.result(timeout=clock.left())
+        except TimeoutError:
+            pass
+        return self._done.done()
+
     def result(self, *, stop: bool = False, timeout: float | None = None, clock=None):
         """The child's bound (``None`` if it failed). ``stop``: ask for it now; otherwise wait
         for the child's own deadline (plus :data:`STOP_GRACE`, or ``timeout``), never past the
