@@ -12,23 +12,14 @@ import pytest
 
 import memopt
 from memopt.clock import Clock, Share, check_time_limit
-from memopt.core import Op, Tensor, TensorGraph
 from memopt.errors import OptionError
 from memopt.remat import check_plan, remat
 from memopt.remat.model_common import RematProblem, plan_from_runs
 from memopt.remat.time_shares import SHARES, remat_clock
 from memopt.schedule.brute_force import random_tensor_graph
+from test_cost_bound_process import held_across_big_op   # under 12 bytes, one re-run of cost 5
 
 REMAT = pathlib.Path(memopt.__file__).parent / "remat"
-
-
-def held_across_big_op() -> TensorGraph:
-    """``a`` (6 bytes, re-run cost 5) is read again by the last op, after the big op ``B``:
-    under 12 bytes it must be rebuilt, so the least extra cost at 11 is 5."""
-    return TensorGraph.build(
-        [Tensor("a", 6), Tensor("m", 1), Tensor("b", 5), Tensor("c", 1), Tensor("z", 1, output=True)],
-        [Op("A", (), ("a",), cost=5), Op("M", ("a",), ("m",), cost=1), Op("B", ("m",), ("b",), cost=1),
-         Op("C", ("b",), ("c",), cost=1), Op("Z", ("a", "c"), ("z",), cost=1)])
 
 
 # ------------------------------------------------------------------ the one table of shares
