@@ -29,21 +29,35 @@ question, and gives the time left to the CP-SAT model while its size allows (cou
 cutting each cap to what the best plan's cost, or the budget, can pay for), warm-started
 with the best plan; ``min_cost`` on a larger graph gets the extra-cost lower bound of
 :func:`memopt.remat.lower_bounds.cost_lower_bound` instead, which proves the plan optimal
-when they meet (0.7 of the time left), and then (if the plan does not meet it) a CP-SAT model
-whose caps are kept only on the bound's cheapest hitting set, for a better plan; time still
-left then goes to the heuristic's local search on the best plan. ``time_limit`` (seconds)
-covers the whole call.
+when they meet (the share ``auto.bound_alone`` of the time left), and then (if the plan does
+not meet it) a CP-SAT model whose caps are kept only on the bound's cheapest hitting set, for
+a better plan; time still left then goes to the heuristic's local search on the best plan.
+
+Time: ``time_limit`` (seconds, :func:`memopt.clock.check_time_limit`) covers the whole call
+after the first-call kernel compilation (``stats["compile_seconds"]``). It becomes one
+:class:`memopt.clock.Clock` per call; every part (the baseline order, the peak bound, the
+heuristic, the cost bound and its child process, CP-SAT, the local search) gets the clock or
+a named share of it from :data:`memopt.remat.time_shares.SHARES`, and stops there with the
+best it has. The answer is anytime: the best plan found by then; ``unknown`` only with
+``stats["reason"]`` (a time out before any plan within the limit, or no method found one and
+none proved that there is none) and the no-recomputation plan (above the limit) or the
+heuristic's least-overflow plan; ``stats["parts"]`` records each part's status and seconds.
+A time limit of 0 answers at once: the no-recomputation plan, ``optimal`` when it fits the
+limit, else ``unknown`` (or ``infeasible`` when the peak bound proves it).
 
 With ``jobs >= 2`` (the default where this process may use two cores), at least
 :data:`AUTO_PARALLEL_MIN_SECONDS` and :data:`AUTO_PARALLEL_MIN_OPS` ops, ``min_cost`` runs
 the cost bound in a child process (:mod:`memopt.remat.cost_bound_process`) from the start,
 beside the heuristic, instead of after it: the bound needs no plan, and both are
 single-threaded. Before CP-SAT (which uses both cores) the child is asked for its bound, once
-it is done or has had :data:`AUTO_BOUND_SHARE` of the time the heuristic left (the local
-search polishes the plan meanwhile, as below); on
-a graph too large for the models it runs on to :data:`AUTO_PARALLEL_BOUND_SHARE` of the time
+it is done or has had the share ``auto.bound`` of the time the heuristic left (the local
+search polishes the plan meanwhile, as below; without a plan it just runs on); on
+a graph too large for the models it runs on to the share ``auto.parallel_bound`` of the time
 while the local search polishes the plan and tells it every cheaper one. If the child fails, the bound is computed in this process
 with the time left, as with ``jobs=1``; ``stats["parts"]["cost_bound"]["where"]`` says which.
+The child is ended (terminated, then killed) at the latest at the call's deadline.
+``stats["parts"]["cost_bound"]`` says whether the bound ran to completion: ``complete`` and
+``status`` (``fixpoint``, ``stop_at``, ``infeasible``; or ``deadline``, the bound cut short).
 
 Every plan returned was checked by the independent checker
 (:func:`memopt.remat.check_plan`); a disagreement raises
