@@ -113,8 +113,9 @@ LNS_PATIENCE_PER_RERUN = 5
 MAX_REPEATS = 3
 #: ... or once it has this many orders ...
 MAX_ORDERS = 32
-#: ... or used its share of the search time (``heuristic.orders`` of :mod:`memopt.remat.time_shares`,
-#: where every share of the heuristic's time is)
+# ... or used its share of the search time (``heuristic.orders`` of memopt.remat.time_shares,
+# where every share of the heuristic's time is)
+
 #: :func:`improve_by_lns` may move to a plan this much (relative) dearer than its best ...
 LNS_SLACK = Fraction(1, 10)
 #: ... with this probability

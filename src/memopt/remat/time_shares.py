@@ -91,6 +91,8 @@ SHARES: dict[str, Share] = {
     "bound.exact_question": Share(0.1, of_total=True),
     # ---- treedp.py: the method's last-run bound before the search
     "treedp.last_runs": Share(0.1, of_total=True),
+    # ---- feasibility.py: the last-run bound before the feasibility search
+    "feasibility.last_runs": Share(0.2, of_total=True),
 }
 
 
