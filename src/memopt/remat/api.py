@@ -276,6 +276,7 @@ class _Call:
         self.jobs = jobs
         self._base = None
         self._lower = None
+        self.timings = {}   # the call's shared parts (baseline order, peak bound): status and seconds
 
     def left(self) -> float:
         return self.clock.left()
@@ -287,8 +288,10 @@ class _Call:
 
             # the scheduler's least time (its first order) even at time limit 0: the plan a call
             # with no time returns
+            t = time.perf_counter()
             res = schedule(self.p.graph, time_limit=max(0.05, self.clock.seconds("auto.baseline")), seed=self.seed)
             self._base = (plan_from_runs_of(self.p, res.order.tolist()), int(res.peak), res.status)
+            self.timings["baseline"] = {"status": res.status, "seconds": round(time.perf_counter() - t, 3)}
         return self._base
 
     def lower(self) -> int:
@@ -297,6 +300,7 @@ class _Call:
             from memopt.remat.lower_bounds import peak_lower_bound
 
             caps = list(self.p.caps)
+            t = time.perf_counter()
             # trap=True: the relaxed-graph trap of the ops that may re-run (a few cuts per op)
             self._lower = max(footprint_bound(self.p),
                               int(peak_lower_bound(self.p.graph, caps, trap=True,
@@ -306,6 +310,8 @@ class _Call:
                 plan, pk, status = self.base()
                 if status in ("certified", "optimal"):
                     self._lower = max(self._lower, pk)
+            self.timings["peak_bound"] = {"status": "done", "value": self._lower,
+                                          "seconds": round(time.perf_counter() - t, 3)}
         return self._lower
 
     # ---------------------------------------------------------------- one question
@@ -345,7 +351,7 @@ class _Call:
                            lower_bound=lower, cost_lower_bound=0 if question == "min_cost" else None, **common)
         if question == "min_cost" and pk > memory_limit:
             best = None
-        parts = {}
+        parts = dict(self.timings)
         # the bound needs no plan: with a second core it runs beside the heuristic from the start
         # (for as long as the heuristic runs where CP-SAT certainly follows: the bound's levels are
         # paced by its time limit, so it is told the time it will have)
