@@ -133,20 +133,28 @@ class Clock:
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
 
+    def _sub(self, now: float, end: float) -> Clock:
+        """A clock started at ``now`` that ends at ``end`` or at this one's deadline (never later)."""
+        sub = Clock(0.0, shares=self.shares, now=now)
+        sub.end = max(now, min(float(end), self.end))
+        return sub
+
     def until(self, end: float) -> Clock:
         """A clock that ends at ``end`` (a :func:`time.perf_counter` reading) or at this one's
         deadline, whichever is first."""
-        now = time.perf_counter()
-        return Clock(min(float(end), self.end) - now, shares=self.shares, now=now)
+        return self._sub(time.perf_counter(), end)
 
     def part(self, fraction: float, most: float | None = None) -> Clock:
-        """A clock for ``fraction`` of the time left (at most ``most`` seconds): for splits
-        computed at run time (equal slices of a loop); fixed shares come from :meth:`child`."""
+        """A clock for ``fraction`` of the time left (at most ``most`` seconds), started now:
+        for splits computed at run time (equal slices of a loop); fixed shares come from
+        :meth:`child`. ``part(1.0)``: the same deadline, counted from now."""
         now = time.perf_counter()
+        if float(fraction) >= 1.0 and most is None:
+            return self._sub(now, self.end)
         span = max(0.0, float(fraction)) * max(0.0, self.end - now)
         if most is not None:
             span = min(span, float(most))
-        return Clock(min(span, self.end - now), shares=self.shares, now=now)
+        return self._sub(now, now + span)
 
     def child(self, name: str) -> Clock:
         """The sub-deadline of the share ``name`` of the table (a ``KeyError`` names a share

@@ -66,6 +66,16 @@ def test_an_expired_clock_has_nothing_left_and_neither_have_its_children():
     assert all(c.child(name).left() == 0.0 for name in SHARES)
 
 
+def test_a_methods_shares_of_its_whole_time_count_from_its_own_start():
+    import time
+
+    # the call's clock started 800 s ago and has 200 s left: CP-SAT, started now, gets half
+    # of its 200 s for the decomposition, not half of the call's 1000 s (long gone)
+    call = Clock(1000, shares=SHARES, now=time.perf_counter() - 800)
+    assert call.child("cpsat.decompose").left() == 0.0
+    assert 50 < remat_clock(None, call).child("cpsat.decompose").left() <= 100
+
+
 # ------------------------------------------------------------------ one time-limit check
 @pytest.mark.parametrize("value", [math.inf, math.nan, -1, True, "soon", None, 1e7])
 def test_one_time_limit_check_for_the_whole_library(value):
