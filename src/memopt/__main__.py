@@ -1,7 +1,5 @@
 """``python -m memopt``: the ``memopt`` command."""
 
-import sys
+from memopt.cli import console
 
-from memopt.cli import main
-
-sys.exit(main())
+console()

@@ -118,6 +118,7 @@ def test_greedy_from_the_least_overflow_order_fits_the_limit(seed, cap, ratio):
     """The heuristic's extra start: a plan within the limit (or none), checked independently."""
     from memopt.remat.heuristic import _greedy_least_overflow
     from memopt.remat.model_common import start_result
+    from memopt.remat.time_shares import remat_clock
 
     g = _graph(seed)
     p = RematProblem.of(g, cap)
@@ -125,7 +126,7 @@ def test_greedy_from_the_least_overflow_order_fits_the_limit(seed, cap, ratio):
     pk0, _ = check_plan(g, plan_from_runs(p, order), cap)
     limit = max(footprint_bound(p), int(ratio * pk0))
     early = start_result(p, "min_cost", limit, None, None, "heuristic", 0.0)
-    for runs, plan, pk, cost in _greedy_least_overflow(p, order, early, float("inf"), seed):
+    for runs, plan, pk, cost in _greedy_least_overflow(p, order, early, remat_clock(), seed):
         assert check_plan(g, plan, cap) == (pk, cost)
         assert pk <= limit and plan_from_runs(p, runs).runs().tolist() == runs
 

@@ -116,10 +116,11 @@ class FlowBound:
 
 
 def check_time_limit(value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or value <= 0 or value > 1e7:
-        raise OptionError(f"time_limit must be a finite number of seconds in (0, 1e7], got {value!r}")
-    return float(value)
+    """The library's time-limit check (:func:`memopt.clock.check_time_limit`); 0 is refused:
+    the cache models have no answer before the solver's first solution."""
+    from memopt.clock import check_time_limit as check
+
+    return check(value, "time_limit", zero_ok=False)
 
 
 def _caches(trace: RequestTrace):

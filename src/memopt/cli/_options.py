@@ -19,8 +19,7 @@ from decimal import Decimal, InvalidOperation
 
 from memopt.errors import FormatError, OptionError
 
-#: Longest time limit accepted (seconds, ~11.6 days): anything above is a typo or a unit mix-up.
-MAX_SECONDS = 1e6
+from memopt.clock import MAX_SECONDS, check_time_limit  # noqa: F401 -- MAX_SECONDS: part of this module's options
 #: Largest budget ratio accepted before the baseline is known (budgets are exact int64 bytes;
 #: far above 1 every budget behaves alike anyway).
 MAX_RATIO = Decimal(10) ** 6
@@ -105,17 +104,11 @@ def arithmetic_grid(start, stop, step, where: str, max_points: int) -> tuple:
 
 
 def seconds(value: float | None, option: str, *, zero_ok: bool = True) -> float | None:
-    """A time limit: finite, >= 0 (> 0 unless ``zero_ok``) and at most :data:`MAX_SECONDS`."""
+    """A time limit: :func:`memopt.clock.check_time_limit` (finite, >= 0, > 0 unless
+    ``zero_ok``, at most :data:`MAX_SECONDS`), ``None`` kept."""
     if value is None:
         return None
-    value = float(value)
-    if not math.isfinite(value):
-        raise OptionError(f"{option} must be a finite number of seconds, got {show(value)}")
-    if value < 0 or (value == 0 and not zero_ok):
-        raise OptionError(f"{option} must be {'>= 0' if zero_ok else '> 0'} seconds, got {show(value)}")
-    if value > MAX_SECONDS:
-        raise OptionError(f"{option} {show(value)} is too large (at most {MAX_SECONDS:.0e} seconds)")
-    return value
+    return check_time_limit(value, option, zero_ok=zero_ok)
 
 
 def overhead_limit(value: float | None) -> float | None:

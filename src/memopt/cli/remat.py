@@ -167,6 +167,8 @@ def cmd_remat(args) -> int:
     else:
         rows.append(("cost budget", _cost_text(res.cost_budget)))
     rows += [("status", res.status), ("method", res.method)]
+    if res.status == "unknown" and res.stats.get("reason"):
+        rows.append(("reason", res.stats["reason"]))
     if res.plan is not None:
         rows += [("peak", fmt_bytes(res.peak)), ("extra cost", _cost_text(res.extra_cost))]
     rows.append(("lower bound (peak)", fmt_bytes(res.lower_bound)))

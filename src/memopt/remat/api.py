@@ -29,21 +29,36 @@ question, and gives the time left to the CP-SAT model while its size allows (cou
 cutting each cap to what the best plan's cost, or the budget, can pay for), warm-started
 with the best plan; ``min_cost`` on a larger graph gets the extra-cost lower bound of
 :func:`memopt.remat.lower_bounds.cost_lower_bound` instead, which proves the plan optimal
-when they meet (0.7 of the time left), and then (if the plan does not meet it) a CP-SAT model
-whose caps are kept only on the bound's cheapest hitting set, for a better plan; time still
-left then goes to the heuristic's local search on the best plan. ``time_limit`` (seconds)
-covers the whole call.
+when they meet (the share ``auto.bound_alone`` of the time left), and then (if the plan does
+not meet it) a CP-SAT model whose caps are kept only on the bound's cheapest hitting set, for
+a better plan; time still left then goes to the heuristic's local search on the best plan.
+
+Time: ``time_limit`` (seconds, :func:`memopt.clock.check_time_limit`) covers the whole call
+after the first-call kernel compilation (``stats["compile_seconds"]``) and, when the limit is
+above 0, the first import of the CP-SAT solver (``stats["import_seconds"]``, 0 once imported). It becomes one
+:class:`memopt.clock.Clock` per call; every part (the baseline order, the peak bound, the
+heuristic, the cost bound and its child process, CP-SAT, the local search) gets the clock or
+a named share of it from :data:`memopt.remat.time_shares.SHARES`, and stops there with the
+best it has. The answer is anytime: the best plan found by then; ``unknown`` only with
+``stats["reason"]`` (a time out before any plan within the limit, or no method found one and
+none proved that there is none) and the no-recomputation plan (above the limit) or the
+heuristic's least-overflow plan; ``stats["parts"]`` records each part's status and seconds.
+A time limit of 0 answers at once: the no-recomputation plan, ``optimal`` when it fits the
+limit, else ``unknown`` (or ``infeasible`` when the peak bound proves it).
 
 With ``jobs >= 2`` (the default where this process may use two cores), at least
 :data:`AUTO_PARALLEL_MIN_SECONDS` and :data:`AUTO_PARALLEL_MIN_OPS` ops, ``min_cost`` runs
 the cost bound in a child process (:mod:`memopt.remat.cost_bound_process`) from the start,
 beside the heuristic, instead of after it: the bound needs no plan, and both are
 single-threaded. Before CP-SAT (which uses both cores) the child is asked for its bound, once
-it is done or has had :data:`AUTO_BOUND_SHARE` of the time the heuristic left (the local
-search polishes the plan meanwhile, as below); on
-a graph too large for the models it runs on to :data:`AUTO_PARALLEL_BOUND_SHARE` of the time
+it is done or has had the share ``auto.bound`` of the time the heuristic left (the local
+search polishes the plan meanwhile, as below; without a plan it just runs on); on
+a graph too large for the models it runs on to the share ``auto.parallel_bound`` of the time
 while the local search polishes the plan and tells it every cheaper one. If the child fails, the bound is computed in this process
 with the time left, as with ``jobs=1``; ``stats["parts"]["cost_bound"]["where"]`` says which.
+The child is ended (terminated, then killed) at the latest at the call's deadline.
+``stats["parts"]["cost_bound"]`` says whether the bound ran to completion: ``complete`` and
+``status`` (``fixpoint``, ``stop_at``, ``infeasible``; or ``deadline``, the bound cut short).
 
 Every plan returned was checked by the independent checker
 (:func:`memopt.remat.check_plan`); a disagreement raises
@@ -73,26 +88,12 @@ __all__ = ["remat", "ParetoResult", "resolve_method", "checked_method_result"]
 #: incumbent's cost (or the budget) allows (copies x slots grows as its square)
 AUTO_EXACT_SLOTS = 600
 
-#: the share of the time left after the heuristic that ``auto`` gives the cost lower bound
-#: before CP-SAT (which would give it a quarter of its own time): with the scheduler as its
-#: last oracle the bound is what decides the random layered graphs (proofs/remat_cost_bounds.md §5)
-AUTO_BOUND_SHARE = 0.4
-
-#: the share of ``auto``'s time for the heuristic when no plan fits the limit yet (everything
-#: after builds on its plan; 0.6 before the cost bound got its own share: on ResNet50 at 0.9
-#: CP-SAT then lacked the time to find its 440 plan)
-AUTO_HEURISTIC_SHARE = 0.45
-
 #: with a second core (``jobs >= 2``), ``auto`` runs the cost bound in a child process beside
 #: the heuristic (:mod:`memopt.remat.cost_bound_process`) when the call has at least this many
 #: seconds and the graph this many ops: below them the child's start (a fresh interpreter,
 #: about a second) costs more than the bound itself
 AUTO_PARALLEL_MIN_SECONDS = 10.0
 AUTO_PARALLEL_MIN_OPS = 40
-
-#: the part of the time that the bound's child may run on a graph too large for the models;
-#: the rest is for the CP-SAT model over the bound's hitting set and the local search
-AUTO_PARALLEL_BOUND_SHARE = 0.85
 
 #: while the bound's child runs on, the local search polishes the plan in slices of 1, 2, 4...
 #: up to this many seconds, so that the child's end (or its proof) is seen within one slice
@@ -256,34 +257,45 @@ def _ratio(value) -> Decimal:
 
 
 class _Call:
-    """One ``remat`` call: the problem, its deadline, the scheduling baseline, the bound."""
+    """One ``remat`` call: the problem, its clock, the scheduling baseline, the bound."""
 
     def __init__(self, graph, cap, time_limit, seed, method, jobs=1, func=None):
         from memopt import _jit
+        from memopt.clock import Clock
+        from memopt.remat.time_shares import SHARES
 
-        self.t0 = time.perf_counter()
+        t0 = time.perf_counter()
         self.p = RematProblem.of(graph, cap)
         # kernels are compiled (or loaded) before the clock starts (stats["compile_seconds"])
         self.compile_seconds = _jit.warm("remat", self.p.graph.num_ops + self.p.graph.num_tensors)
-        self.t0 += self.compile_seconds
-        self.deadline = self.t0 + time_limit
+        # so is the first import of the CP-SAT solver (1-2 s on a loaded machine), which the
+        # bounds and models use, unless the call has no time to use it (stats["import_seconds"])
+        self.import_seconds = _import_solver() if time_limit > 0 else 0.0
+        self.t0 = t0 + self.compile_seconds + self.import_seconds
+        # the call's one clock: every part below gets it or a share of it
+        self.clock = Clock(time_limit, shares=SHARES, now=self.t0)
         self.seed = seed
         self.method = method
         self.func = func  # a user's callable method, run under the name ``method``
         self.jobs = jobs
         self._base = None
         self._lower = None
+        self.timings = {}   # the call's shared parts (baseline order, peak bound): status and seconds
 
     def left(self) -> float:
-        return max(0.0, self.deadline - time.perf_counter())
+        return self.clock.left()
 
     def base(self):
         """``(plan, peak, status)`` of the scheduling core's best no-recomputation order."""
         if self._base is None:
             from memopt.schedule import schedule
 
-            res = schedule(self.p.graph, time_limit=max(0.05, 0.25 * self.left()), seed=self.seed)
+            # the scheduler's least time (its first order) even at time limit 0: the plan a call
+            # with no time returns
+            t = time.perf_counter()
+            res = schedule(self.p.graph, time_limit=max(0.05, self.clock.seconds("auto.baseline")), seed=self.seed)
             self._base = (plan_from_runs_of(self.p, res.order.tolist()), int(res.peak), res.status)
+            self.timings["baseline"] = {"status": res.status, "seconds": round(time.perf_counter() - t, 3)}
         return self._base
 
     def lower(self) -> int:
@@ -292,25 +304,29 @@ class _Call:
             from memopt.remat.lower_bounds import peak_lower_bound
 
             caps = list(self.p.caps)
+            t = time.perf_counter()
             # trap=True: the relaxed-graph trap of the ops that may re-run (a few cuts per op)
             self._lower = max(footprint_bound(self.p),
                               int(peak_lower_bound(self.p.graph, caps, trap=True,
-                                                   trap_time_limit=min(5.0, 0.1 * self.left()))))
+                                                   trap_time_limit=self.clock.seconds("auto.peak_bound"))))
             if all(k == 0 for k in caps):
                 # no recomputation: the plan is an order, and the scheduler's bound applies
                 plan, pk, status = self.base()
                 if status in ("certified", "optimal"):
                     self._lower = max(self._lower, pk)
+            self.timings["peak_bound"] = {"status": "done", "value": self._lower,
+                                          "seconds": round(time.perf_counter() - t, 3)}
         return self._lower
 
     # ---------------------------------------------------------------- one question
-    def solve(self, question: str, memory_limit=None, cost_budget=None, *, time_share: float = 1.0) -> RematResult:
+    def solve(self, question: str, memory_limit=None, cost_budget=None, *, share: str | None = None) -> RematResult:
+        """Answer one question within the call's clock (``share``: a named share of the time left)."""
         from memopt.remat.model_common import check_question
         from memopt.remat.registry import get_method
 
         memory_limit, cost_budget = check_question(question, memory_limit, cost_budget)
         t_start = time.perf_counter()
-        budget_end = time.perf_counter() + time_share * self.left()
+        clock = self.clock if share is None else self.clock.child(share)
         p = self.p
         lower = self.lower()
         if question == "min_peak":
@@ -319,7 +335,7 @@ class _Call:
             from memopt.remat.trap_cuts import budget_peak_bound
 
             lower = budget_peak_bound(p.graph, cost_budget, list(p.caps), floor=lower,
-                                      time_limit=min(5.0, 0.1 * time_share * self.left()))
+                                      clock=clock.child("auto.budget_peak_bound"))
         common = dict(question=question, memory_limit=memory_limit, cost_budget=cost_budget, cap=list(p.caps),
                       method=self.method)
         if question == "min_cost" and lower > memory_limit:
@@ -328,50 +344,32 @@ class _Call:
                                                f"(lower bound on the peak)"}, seconds=time.perf_counter() - t_start,
                                **common)
         if self.method != "auto":
-            inc = None
-            if self.func is None and get_method(self.method).kind == "exact":
-                # warm start: the no-recomputation optimum, or the heuristic's plan when that
-                # does not fit the limit (a few tenths of the time)
-                plan, pk, _ = self.base()
-                inc = plan if question == "min_peak" or pk <= memory_limit else None
-                if inc is None:
-                    h = get_method("heuristic").load()(p, question=question, memory_limit=memory_limit,
-                                                       cost_budget=cost_budget, cap=list(p.caps),
-                                                       time_limit=0.2 * max(0.0, budget_end - time.perf_counter()),
-                                                       incumbent=plan, seed=self.seed)
-                    inc = h.plan if h.status in ("optimal", "feasible") else None
-            fn = get_method(self.method).load() if self.func is None else self.func
-            res = fn(p, question=question, memory_limit=memory_limit, cost_budget=cost_budget, cap=list(p.caps),
-                     time_limit=max(0.0, budget_end - time.perf_counter()), incumbent=inc, seed=self.seed)
-            if self.func is not None:
-                res = checked_method_result(self.method, res, p, common)
-            return self._close(res, lower, t_start)
+            return self._method(question, memory_limit, cost_budget, clock, lower, common, t_start)
         # auto: the no-recomputation optimum, the heuristic, then CP-SAT while it can prove something
         plan, pk, _ = self.base()
         from memopt.remat.model_common import evaluate
 
-        best = RematResult(plan=plan, peak=pk, extra_cost=evaluate(p, plan)[1], status="feasible",
+        # within the limit, the no-recomputation plan is the least extra cost there is (costs are >= 0)
+        best = RematResult(plan=plan, peak=pk, extra_cost=evaluate(p, plan)[1],
+                           status="optimal" if question == "min_cost" else "feasible",
                            lower_bound=lower, cost_lower_bound=0 if question == "min_cost" else None, **common)
         if question == "min_cost" and pk > memory_limit:
             best = None
-        parts = {}
+        parts = dict(self.timings)
         # the bound needs no plan: with a second core it runs beside the heuristic from the start
         # (for as long as the heuristic runs where CP-SAT certainly follows: the bound's levels are
         # paced by its time limit, so it is told the time it will have)
         bg = None
         if question == "min_cost" and best is None:
             models = sum(1 + k for k in p.caps) <= AUTO_EXACT_SLOTS
-            bg = self._bound_process(memory_limit, budget_end,
-                                     AUTO_HEURISTIC_SHARE if models else AUTO_PARALLEL_BOUND_SHARE)
+            bg = self._bound_process(memory_limit, clock, "auto.heuristic" if models else "auto.parallel_bound")
         try:
-            if best is None or (question == "min_peak" and best.peak > lower):
+            if (best is None or (question == "min_peak" and best.peak > lower)) and not clock.expired():
                 # without any plan within the limit the heuristic is what the rest builds on: more time
-                share = AUTO_HEURISTIC_SHARE if best is None else 0.3
-                h = get_method("heuristic").load()(p, question=question, memory_limit=memory_limit,
-                                                   cost_budget=cost_budget, cap=list(p.caps),
-                                                   time_limit=share * max(0.0, budget_end - time.perf_counter()),
-                                                   incumbent=plan, seed=self.seed)
-                parts["heuristic"] = h.status
+                sub = clock.child("auto.heuristic" if best is None else "auto.heuristic_min_peak")
+                h = _timed(parts, "heuristic", lambda: get_method("heuristic").load()(
+                    p, question=question, memory_limit=memory_limit, cost_budget=cost_budget, cap=list(p.caps),
+                    time_limit=sub.left(), incumbent=plan, seed=self.seed, clock=sub))
                 best = _merge(question, best, h)
             inc = best.plan if best is not None and best.status != "unknown" else None
             if bg is not None and inc is not None:
@@ -379,30 +377,31 @@ class _Call:
             # the slot models only hold the ops that an optimal answer can afford to re-run
             budget = cost_budget if question == "min_peak" else (best.extra_cost if inc is not None else None)
             slots = sum(1 + k for k in reduced_caps(p, budget))
-            if _open(best, lower) and slots <= AUTO_EXACT_SLOTS:
+            if _open(best, lower) and slots <= AUTO_EXACT_SLOTS and not clock.expired():
                 cb = None
                 if question == "min_cost":
                     if bg is not None and inc is not None:
                         # a heuristic that ended early leaves the child short of the time the bound
                         # would get after it (random layered n100, 2026-12-01: 20 s of 135, bound
                         # 389 instead of 444): it runs on for up to that share while the local search polishes
-                        until = time.perf_counter() + AUTO_BOUND_SHARE * max(0.0, budget_end - time.perf_counter())
-                        best = self._polish(best, memory_limit, min(budget_end, until), common, parts, beside=bg)
+                        best = self._polish(best, memory_limit, clock.child("auto.bound"), common, parts, beside=bg)
                         inc = best.plan
+                    elif bg is not None:
+                        # no plan to polish: the bound runs on for that share all the same (it
+                        # may prove that no plan exists; its cores are CP-SAT's clauses)
+                        bg.wait(clock.child("auto.bound"))
                     # CP-SAT needs both cores: the bound's child stops here
-                    cb = self._cost_bound(bg, memory_limit, best, budget_end, AUTO_BOUND_SHARE, parts, wait=False)
-                e = get_method("cpsat").load()(p, question=question, memory_limit=memory_limit,
-                                               cost_budget=cost_budget, cap=list(p.caps),
-                                               time_limit=max(0.0, budget_end - time.perf_counter()),
-                                               incumbent=inc, seed=self.seed, cost_bound=cb)
-                parts["cpsat"] = e.status
+                    cb = self._cost_bound(bg, memory_limit, best, clock, "auto.bound", parts, wait=False)
+                e = _timed(parts, "cpsat", lambda: get_method("cpsat").load()(
+                    p, question=question, memory_limit=memory_limit, cost_budget=cost_budget, cap=list(p.caps),
+                    time_limit=clock.left(), incumbent=inc, seed=self.seed, cost_bound=cb, clock=clock))
                 best = _merge(question, best, e)
-            elif _open(best, lower) and question == "min_cost":
+            elif _open(best, lower) and question == "min_cost" and not clock.expired():
                 # too large for the models: the cost bound alone may still prove the plan optimal
                 if bg is not None and best is not None and best.status != "unknown":
                     # the child has most of the time: the local search polishes the plan meanwhile
-                    best = self._polish(best, memory_limit, budget_end, common, parts, beside=bg)
-                cb = self._cost_bound(bg, memory_limit, best, budget_end, 0.7, parts, wait=True)
+                    best = self._polish(best, memory_limit, clock, common, parts, beside=bg)
+                cb = self._cost_bound(bg, memory_limit, best, clock, "auto.bound_alone", parts, wait=True)
                 if cb.infeasible:
                     if inc is not None:
                         raise InternalError("remat-cost-bound", "the cost bound proves infeasible what a plan solves")
@@ -410,49 +409,82 @@ class _Call:
                                        stats={"proof": "the relaxed graph of every op that may re-run has a trap "
                                                        "above the limit (proofs/remat_cost_bounds.md)"}, **common)
                 else:
-                    best = self._restricted(best, cb, memory_limit, budget_end, common, parts)
+                    best = self._restricted(best, cb, memory_limit, clock, common, parts)
                     if best is not None:
                         best = _merge(question, best, best.with_(cost_lower_bound=cb.value))
         finally:
             if bg is not None:
                 bg.close()
-        best = self._polish(best, memory_limit, budget_end, common, parts)
+        best = self._polish(best, memory_limit, clock, common, parts)
         if best is None:
-            best = RematResult(plan=None, peak=None, extra_cost=None, status="unknown", lower_bound=lower,
-                               cost_lower_bound=0, **common)
-        best = best.with_(stats={**best.stats, "parts": parts})
+            # no plan within the limit: the no-recomputation plan, as the best plan so far
+            best = RematResult(plan=plan, peak=pk, extra_cost=evaluate(p, plan)[1], status="unknown",
+                               lower_bound=lower, cost_lower_bound=0, **{**common, "method": "schedule"})
+        stats = {**best.stats, "parts": parts}
+        if best.status == "unknown":
+            stats["reason"] = _reason(clock, parts)
+        best = best.with_(stats=stats)
         return self._close(best, lower, t_start)
 
-    def _bound_process(self, memory_limit: int, budget_end: float, share: float):
+    def _method(self, question, memory_limit, cost_budget, clock, lower, common, t_start) -> RematResult:
+        """A registered method (given the clock) or a user's callable (given ``time_limit``)."""
+        from memopt.remat.registry import get_method
+
+        p = self.p
+        inc = None
+        if self.func is None and get_method(self.method).kind == "exact":
+            # warm start: the no-recomputation optimum, or the heuristic's plan when that
+            # does not fit the limit (a share of the time)
+            plan, pk, _ = self.base()
+            inc = plan if question == "min_peak" or pk <= memory_limit else None
+            if inc is None:
+                sub = clock.child("method.warm_start")
+                h = get_method("heuristic").load()(p, question=question, memory_limit=memory_limit,
+                                                   cost_budget=cost_budget, cap=list(p.caps), time_limit=sub.left(),
+                                                   incumbent=plan, seed=self.seed, clock=sub)
+                inc = h.plan if h.status in ("optimal", "feasible") else None
+        kw = dict(question=question, memory_limit=memory_limit, cost_budget=cost_budget, cap=list(p.caps),
+                  time_limit=clock.left(), incumbent=inc, seed=self.seed)
+        if self.func is None:
+            res = get_method(self.method).load()(p, clock=clock, **kw)
+        else:
+            res = checked_method_result(self.method, self.func(p, **kw), p, common)
+        if res.status == "unknown" and "reason" not in res.stats:
+            res = res.with_(stats={**res.stats, "reason": _reason(clock, {})})
+        return self._close(res, lower, t_start)
+
+    def _bound_process(self, memory_limit: int, clock, share: str):
         """The cost bound's child process (:mod:`memopt.remat.cost_bound_process`), started now
-        with ``share`` of the time left, when this call may use a second core and has the time
-        for it; else ``None``."""
-        left = budget_end - time.perf_counter()
-        if self.jobs < 2 or left < AUTO_PARALLEL_MIN_SECONDS or self.p.n < AUTO_PARALLEL_MIN_OPS:
+        with the share ``share`` of the time left, when this call may use a second core and has
+        the time for it; else ``None``."""
+        if self.jobs < 2 or clock.left() < AUTO_PARALLEL_MIN_SECONDS or self.p.n < AUTO_PARALLEL_MIN_OPS:
             return None
         from memopt.remat.cost_bound_process import CostBoundProcess
 
-        return CostBoundProcess(self.p.graph, memory_limit, list(self.p.caps),
-                                time_limit=share * left)
+        return CostBoundProcess(self.p.graph, memory_limit, list(self.p.caps), clock=clock.child(share))
 
-    def _cost_bound(self, bg, memory_limit: int, best, budget_end: float, share: float, parts: dict, *, wait: bool):
-        """The extra-cost lower bound: the child's (``wait``: at its own time limit, else asked
-        for now), or, without a child or when it failed, computed here with ``share`` of the
-        time left."""
+    def _cost_bound(self, bg, memory_limit: int, best, clock, share: str, parts: dict, *, wait: bool):
+        """The extra-cost lower bound: the child's (``wait``: at its own deadline, else asked
+        for now), or, without a child or when it failed, computed here with the share
+        ``share`` of the time left."""
         from memopt.remat.lower_bounds import cost_lower_bound
 
+        t = time.perf_counter()
         stop_at = best.extra_cost if best is not None and best.plan is not None and best.status != "unknown" else None
-        cb = None if bg is None else bg.result(stop=not wait)
+        cb = None if bg is None else bg.result(stop=not wait, clock=clock)
         where = "process" if cb is not None else "here"
         if cb is None:
-            cb = cost_lower_bound(self.p.graph, memory_limit, list(self.p.caps),
-                                  time_limit=share * max(0.0, budget_end - time.perf_counter()), stop_at=stop_at)
-        parts["cost_bound"] = {"value": cb.value, "cores": len(cb.cores), "complete": cb.complete, "where": where}
+            sub = clock.child(share)
+            cb = cost_lower_bound(self.p.graph, memory_limit, list(self.p.caps), time_limit=sub.left(), clock=sub,
+                                  stop_at=stop_at)
+        parts["cost_bound"] = {"value": cb.value, "cores": len(cb.cores), "complete": cb.complete,
+                               "status": cb.ended, "where": where,
+                               "seconds": round(time.perf_counter() - (bg.started if where == "process" else t), 3)}
         if bg is not None and where == "here":
             parts["cost_bound"]["process_error"] = bg.error or "no answer"
         return cb
 
-    def _polish(self, best, memory_limit, budget_end: float, common: dict, parts: dict, beside=None):
+    def _polish(self, best, memory_limit, clock, common: dict, parts: dict, beside=None):
         """Time the steps above left unused (the models did not run, or ended early) goes to
         the heuristic's local search on the best ``min_cost`` plan not yet proved optimal.
         ``beside``: the cost bound's child process; the search then runs in slices of
@@ -460,14 +492,15 @@ class _Call:
         from memopt.remat.heuristic import improve_by_lns
 
         if (best is None or best.question != "min_cost" or best.status != "feasible" or best.plan is None
-                or budget_end - time.perf_counter() < 1.0):
+                or clock.left() < 1.0):
             return best
         t0 = time.perf_counter()
-        end = budget_end if beside is None else min(budget_end, beside.started + beside.time_limit)
+        if beside is not None:
+            clock = clock.until(beside.clock.end)
         runs, c0, rounds = best.plan.runs().tolist(), best.extra_cost, 0
         found = None   # (plan, peak, extra cost) of the cheapest polished plan
-        while end - time.perf_counter() >= 1.0 and (beside is None or not beside.done()):
-            stop = end if beside is None else min(end, time.perf_counter() + min(POLISH_SLICE, 2.0 ** rounds))
+        while clock.left() >= 1.0 and (beside is None or not beside.done()):
+            stop = clock.end if beside is None else clock.part(1.0, most=min(POLISH_SLICE, 2.0 ** rounds)).end
             _, plan, pk, c, _ = improve_by_lns(self.p, runs, memory_limit, seed=self.seed + 1 + rounds, deadline=stop)
             rounds += 1
             if found is None or Fraction(c) < Fraction(found[2]):
@@ -480,13 +513,14 @@ class _Call:
             return best
         plan, pk, c = found
         key = "polish" if beside is None else "polish_beside_bound"
-        parts[key] = {"extra_cost": c, "seconds": round(time.perf_counter() - t0, 3), "rounds": rounds}
+        parts[key] = {"extra_cost": c, "seconds": round(time.perf_counter() - t0, 3), "rounds": rounds,
+                      "status": "feasible"}
         # _close checks the winner's peak, cost and limit with the independent checker
         polished = RematResult(plan=plan, peak=pk, extra_cost=c, status="feasible", lower_bound=best.lower_bound,
                                cost_lower_bound=0, **{**common, "method": "heuristic (local search)"})
         return _merge("min_cost", best, polished)
 
-    def _restricted(self, best, cb, memory_limit: int, budget_end: float, common: dict, parts: dict):
+    def _restricted(self, best, cb, memory_limit: int, clock, common: dict, parts: dict):
         """A plan from CP-SAT with caps only on the cost bound's cheapest hitting set (and the
         zero-cost ops), when that model is small enough and the best plan does not meet the
         bound: a better plan, never a bound (the model is restricted)."""
@@ -496,7 +530,7 @@ class _Call:
             return best
         inside = set(cb.hitting_set) | {v for v in range(p.n) if p.caps[v] > 0 and p.costs[v] == 0}
         caps = [p.caps[v] if v in inside else 0 for v in range(p.n)]
-        if sum(1 + k for k in caps) > AUTO_EXACT_SLOTS or time.perf_counter() >= budget_end:
+        if sum(1 + k for k in caps) > AUTO_EXACT_SLOTS or clock.expired():
             return best
         from memopt.remat.cpsat import solve_cpsat
         from memopt.remat.lower_bounds import CostBound
@@ -504,10 +538,9 @@ class _Call:
         inc = best.plan if best is not None and best.plan is not None and best.status != "unknown" else None
         if inc is not None and not within_caps(inc, caps):
             inc = None
-        r = solve_cpsat(p.graph, "min_cost", memory_limit=memory_limit, cap=caps, incumbent=inc, seed=self.seed,
-                        time_limit=max(0.0, budget_end - time.perf_counter()), cost_bound=CostBound(0, ()),
-                        restrict=False)
-        parts["restricted_cpsat"] = r.status
+        r = _timed(parts, "restricted_cpsat", lambda: solve_cpsat(
+            p.graph, "min_cost", memory_limit=memory_limit, cap=caps, incumbent=inc, seed=self.seed,
+            time_limit=clock.left(), clock=clock, cost_bound=CostBound(0, ()), restrict=False))
         if r.plan is None or r.status not in ("optimal", "feasible"):
             return best
         found = RematResult(plan=r.plan, peak=r.peak, extra_cost=r.extra_cost, status="feasible",
@@ -546,6 +579,31 @@ class _Call:
         return res.with_(lower_bound=lb, status=status, method=self.method if self.method != "auto" else
                          f"auto ({res.method})" if not res.method.startswith("auto") else res.method,
                          seconds=time.perf_counter() - t_start)
+
+
+def _import_solver() -> float:
+    """Seconds to import CP-SAT (0 once imported)."""
+    t = time.perf_counter()
+    from ortools.sat.python import cp_model  # noqa: F401
+
+    return time.perf_counter() - t
+
+
+def _timed(parts: dict, name: str, run):
+    """``run()``'s result, with its status and seconds recorded in ``parts[name]``."""
+    t = time.perf_counter()
+    res = run()
+    parts[name] = {"status": res.status, "seconds": round(time.perf_counter() - t, 3)}
+    return res
+
+
+def _reason(clock, parts: dict) -> str:
+    """Why a question ends without a plan: the time, and what ran for how long."""
+    ran = ", ".join(f"{k} {v.get('seconds', 0):g} s ({v.get('status', 'ended')})" for k, v in parts.items()
+                    if isinstance(v, dict)) or "nothing but the no-recomputation order"
+    if clock.expired():
+        return f"time out before any plan within the limit; ran: {ran}"
+    return f"no method found a plan within the limit, and none proved that there is none; ran: {ran}"
 
 
 def _jobs(value) -> int:
@@ -601,7 +659,7 @@ def remat(graph, *, memory_limit=None, memory_ratio=None, cost_budget=None, pare
           method="auto", time_limit: float = 10.0, seed: int = 0, jobs: int | None = None):
     """The implementation of :func:`memopt.remat` (same parameters, documented there; the
     strategy of ``auto`` in the module docstring)."""
-    from memopt.schedule.api import check_time_limit
+    from memopt.clock import check_time_limit
 
     time_limit = check_time_limit(time_limit)
     given = [k for k, v in (("memory_limit", memory_limit), ("memory_ratio", memory_ratio),
@@ -624,6 +682,7 @@ def remat(graph, *, memory_limit=None, memory_ratio=None, cost_budget=None, pare
     else:
         res = call.solve("min_cost", memory_limit=memory_limit)
     stats["compile_seconds"] = round(call.compile_seconds, 6)
+    stats["import_seconds"] = round(call.import_seconds, 6)
     return res.with_(seconds=time.perf_counter() - call.t0, stats={**res.stats, **stats})
 
 
@@ -642,20 +701,20 @@ def _pareto(call: _Call) -> ParetoResult:
     below the last peak, tightened to the least peak at that cost."""
     points = []
     complete = False
-    r = call.solve("min_peak", cost_budget=0, time_share=0.3)
+    r = call.solve("min_peak", cost_budget=0, share="pareto.first")
     points.append(r)
-    while call.left() > 0:
+    while not call.clock.expired():
         last = points[-1]
         if last.peak <= call.lower():
             complete = True
             break
-        c = call.solve("min_cost", memory_limit=last.peak - 1, time_share=0.5)
+        c = call.solve("min_cost", memory_limit=last.peak - 1, share="pareto.point")
         if c.status == "infeasible":
             complete = last.status == "optimal"
             break
         if c.plan is None or c.status == "unknown":
             break
-        q = call.solve("min_peak", cost_budget=c.extra_cost, time_share=0.5)
+        q = call.solve("min_peak", cost_budget=c.extra_cost, share="pareto.point")
         if q.peak >= last.peak:  # a heuristic may not improve on its own cost point
             q = c.with_(question="min_peak", cost_budget=c.extra_cost,
                         status="feasible" if c.status != "optimal" else "feasible")
@@ -665,4 +724,5 @@ def _pareto(call: _Call) -> ParetoResult:
     status = "optimal" if complete and all(p.status == "optimal" for p in points) else "feasible"
     return ParetoResult(points=points, complete=complete, status=status, seconds=time.perf_counter() - call.t0,
                         cap=list(call.p.caps), method=call.method,
-                        stats={"compile_seconds": round(call.compile_seconds, 6)})
+                        stats={"compile_seconds": round(call.compile_seconds, 6),
+                               "import_seconds": round(call.import_seconds, 6)})

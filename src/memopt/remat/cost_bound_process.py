@@ -17,8 +17,12 @@ optimal) and ``("stop",)`` when the caller needs the bound now (it returns the b
 proved so far, still valid). The child writes one pickle to its stdout: ``("ok",
 CostBound)`` or ``("error", text)``.
 
+The child works to the caller's clock (:class:`memopt.clock.Clock`): it is sent the seconds
+left on it and makes its own clock from them. It is ended (terminated, then killed after
+:data:`KILL_GRACE` seconds) at the latest when the caller's clock runs out, answer or not.
+
 A child that fails (it crashes, is killed, or answers nothing within :data:`STOP_GRACE`
-seconds of a ``stop``) yields ``None``: the caller then runs the bound in its own process
+seconds of a ``stop``, nor by the caller's deadline) yields ``None``: the caller then runs the bound in its own process
 with the time left, as on one core. The bound the child returns is exactly
 ``cost_lower_bound``'s (same code, same arguments); ``auto`` treats it as it treats the
 in-process one.
@@ -38,8 +42,11 @@ from concurrent.futures import Future
 __all__ = ["CostBoundProcess", "usable_cores"]
 
 #: seconds a child may take to return its bound after ``stop`` (one oracle call of the bound
-#: finishes first; those are capped at a tenth of its time limit) before it is killed
+#: finishes first; those are capped at a tenth of its time limit) before it is killed; never
+#: past the caller's deadline
 STOP_GRACE = 30.0
+#: seconds between asking a child that is to end to terminate and killing it
+KILL_GRACE = 0.5
 
 
 def usable_cores() -> int:
@@ -51,14 +58,18 @@ def usable_cores() -> int:
 
 
 class CostBoundProcess:
-    """``cost_lower_bound(graph, memory_limit, caps, time_limit=..., stop_at=...)`` running in
+    """``cost_lower_bound(graph, memory_limit, caps, clock=..., stop_at=...)`` running in
     a child process; :meth:`result` returns its :class:`~memopt.remat.lower_bounds.CostBound`,
-    or ``None`` if the child failed."""
+    or ``None`` if the child failed. ``clock``: the bound's :class:`memopt.clock.Clock` (else
+    one of ``time_limit`` seconds)."""
 
-    def __init__(self, graph, memory_limit: int, caps, *, time_limit: float, stop_at=None):
+    def __init__(self, graph, memory_limit: int, caps, *, time_limit: float | None = None, clock=None,
+                 stop_at=None):
         import memopt
+        from memopt.remat.time_shares import remat_clock
 
-        self.time_limit = float(time_limit)
+        self.clock = remat_clock(time_limit, clock)
+        self.time_limit = self.clock.left()
         self.started = time.perf_counter()
         self._done: Future = Future()
         self._lock = threading.Lock()
@@ -72,7 +83,7 @@ class CostBoundProcess:
             self._proc = subprocess.Popen([sys.executable, "-m", "memopt.remat.cost_bound_process"],
                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err, env=env)
             self._send({"graph": graph, "memory_limit": int(memory_limit), "caps": list(caps),
-                        "time_limit": self.time_limit, "stop_at": stop_at})
+                        "time_limit": self.clock.left(), "stop_at": stop_at})
         except (OSError, pickle.PicklingError) as exc:
             self._proc = None
             self._finish(None, f"cannot start the child: {exc}")
@@ -109,16 +120,26 @@ class CostBoundProcess:
     def done(self) -> bool:
         return self._done.done()
 
-    def result(self, *, stop: bool = False, timeout: float | None = None):
+    def wait(self, clock) -> bool:
+        """Wait until the child is done or ``clock`` runs out, without stopping it: done?"""
+        try:
+            self._done.result(timeout=clock.left())
+        except TimeoutError:
+            pass
+        return self._done.done()
+
+    def result(self, *, stop: bool = False, timeout: float | None = None, clock=None):
         """The child's bound (``None`` if it failed). ``stop``: ask for it now; otherwise wait
-        for the child's own time limit (plus :data:`STOP_GRACE`, or ``timeout``)."""
+        for the child's own deadline (plus :data:`STOP_GRACE`, or ``timeout``), never past the
+        deadline of ``clock`` (the caller's): then the child is killed."""
         if self._proc is None:
             return None
         if stop and not self._done.done():
             self._send(("stop",))
         if timeout is None:
-            left = self.started + self.time_limit - time.perf_counter()
-            timeout = STOP_GRACE + (0.0 if stop else max(0.0, left))
+            timeout = STOP_GRACE + (0.0 if stop else self.clock.left())
+        if clock is not None:
+            timeout = min(timeout, clock.left())
         try:
             self._done.result(timeout=timeout)
         except TimeoutError:
@@ -136,7 +157,11 @@ class CostBoundProcess:
         except OSError:
             pass
         if proc.poll() is None:
-            proc.kill()
+            proc.terminate()
+            try:
+                proc.wait(KILL_GRACE)
+            except subprocess.TimeoutExpired:
+                proc.kill()
         proc.wait()
         self._finish(None, "the child ended without an answer")  # nothing if it answered
         if self.error is not None and proc.returncode not in (0, None):

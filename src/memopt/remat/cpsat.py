@@ -74,54 +74,46 @@ __all__ = ["solve_cpsat", "cpsat_method"]
 MAX_SIZE = 2_000_000
 #: seconds for one oracle call of the decomposition (a model with small caps)
 CHECK_SECONDS = 3.0
-#: the decomposition's check of the master's own cap vector may take this share of the time
-#: left (at least ``CHECK_SECONDS``): its answer decides the round, while a growth check that
-#: cannot answer only weakens the no-good (random_layered_n100 at 0.9: 4.4 s to prove that
-#: re-running op 68 alone does not fit, 2026-11-30 on the 2-core machine)
-MAIN_CHECK_SHARE = 0.25
-#: the share of the decomposition's time kept for the master after the last no-good (growing
-#: stops there): a no-good the master never sees raises no bound
-MASTER_RESERVE = 0.1
 #: single re-runs tried to grow each no-good after the binary search
 GROW_TRIES = 8
 #: seconds for one relaxed oracle call of the decomposition (the other ops' outputs weigh 0)
 RELAX_SECONDS = 10.0
-#: the share of ``time_limit`` the decomposition may use before the full model gets the rest
-DECOMPOSE_SHARE = 0.5
-#: the share of ``time_limit`` (and the most seconds) for the model restricted to the hitting set
-RESTRICT_SHARE = 0.1
-RESTRICT_SECONDS = 20.0
-#: the share of ``time_limit`` the reduced-cost fixing of the caps may use
-FIX_SHARE = 0.1
+# the shares of CP-SAT's time (the bound, the restricted model, the cap fixing, the
+# decomposition) are the ``cpsat.*`` entries of memopt.remat.time_shares.SHARES
 
 
 def solve_cpsat(problem, question: str, *, memory_limit: int | None = None, cost_budget=None, cap=1,
                 time_limit: float = 10.0, incumbent=None, seed: int = 0, num_workers: int = 2,
                 cost_bound=None, bound_time: float | None = None, decompose: bool = False,
-                restrict: bool = True, first_solution: bool = False, decompose_share: float | None = None):
-    """Solve ``question`` exactly with CP-SAT within ``time_limit`` seconds; a
+                restrict: bool = True, first_solution: bool = False, decompose_share: float | None = None,
+                clock=None):
+    """Solve ``question`` exactly with CP-SAT within ``time_limit`` seconds (or by ``clock``'s
+    deadline, a :class:`memopt.clock.Clock`); a
     :class:`~memopt.remat.result.RematResult` (see :func:`memopt.remat.mip.solve_mip`).
 
     ``min_cost`` first bounds the extra cost from below
     (:func:`memopt.remat.lower_bounds.cost_lower_bound`; ``cost_bound`` gives one already
-    computed, ``bound_time`` its time, default a quarter of ``time_limit``): an incumbent
+    computed, ``bound_time`` its most seconds, default the share ``cpsat.bound``): an incumbent
     that meets the bound is optimal without a search, and the bound's cores become clauses.
     With ``restrict``, a model whose caps are kept only on the bound's cheapest hitting set
-    (and the zero-cost ops) first looks for a cheap incumbent for ``RESTRICT_SHARE`` of the
-    time (at most ``RESTRICT_SECONDS``); if that plan meets the bound it is optimal.
+    (and the zero-cost ops) first looks for a cheap incumbent for the share ``cpsat.restrict``
+    of the time; if that plan meets the bound it is optimal.
     With an incumbent and cores, the caps are then fixed on the cores
     (:func:`~memopt.remat.model_common.core_fixed_caps`, reduced-cost fixing: only plans
     cheaper than the incumbent are looked for, and an infeasible model proves the incumbent
     optimal; ``proofs/remat_exact_models.md`` §3b).
     With ``decompose`` it then runs the implicit-hitting-set loop of :func:`_decompose`
     (small models with cut caps, and the relaxed graph of the ops a count vector does not
-    re-run, as the oracles) for ``decompose_share`` of the time (default ``DECOMPOSE_SHARE``)
+    re-run, as the oracles) for ``decompose_share`` of the time (default the share ``cpsat.decompose``)
     and gives the full model the rest, with its caps fixed again over the decomposition's
     no-goods and these no-goods as clauses (Lemma 7'). Caps are cut to what the incumbent's
     cost (or the budget) allows (:func:`~memopt.remat.model_common.reduced_caps`)."""
     from ortools.sat.python import cp_model
 
+    from memopt.remat.time_shares import remat_clock
+
     t0 = time.perf_counter()
+    clock = remat_clock(time_limit, clock)
     full = RematProblem.of(problem, cap)
     early = start_result(full, question, memory_limit, cost_budget, incumbent, "cpsat", t0)
     if early.done:
@@ -135,9 +127,10 @@ def solve_cpsat(problem, question: str, *, memory_limit: int | None = None, cost
 
         cb = cost_bound
         if cb is None:
+            sub = clock.child("cpsat.bound") if bound_time is None else clock.part(1.0, most=float(bound_time))
             cb = cost_lower_bound(full.graph, early.memory_limit, list(full.caps), stop_at=early.incumbent_cost,
-                                  time_limit=0.25 * float(time_limit) if bound_time is None else bound_time)
-        stats["cost_bound"] = {"value": cb.value, "cores": len(cb.cores), "complete": cb.complete}
+                                  time_limit=sub.left(), clock=sub)
+        stats["cost_bound"] = {"value": cb.value, "cores": len(cb.cores), "complete": cb.complete, "ended": cb.ended}
         if cb.infeasible:
             stats["proof"] = "the relaxed graph of every op that may re-run has a trap above the limit"
             return finish_result(full, early, None, ("infeasible",), "cpsat", t0, stats)
@@ -148,7 +141,7 @@ def solve_cpsat(problem, question: str, *, memory_limit: int | None = None, cost
             # a quick incumbent: re-run only the ops of the bound's cheapest hitting set
             inside = set(cb.hitting_set) | {v for v in range(full.n) if full.caps[v] > 0 and full.costs[v] == 0}
             found = _try_caps(full, early, [full.caps[v] if v in inside else 0 for v in range(full.n)],
-                              min(RESTRICT_SHARE * float(time_limit), RESTRICT_SECONDS), seed, num_workers, False)
+                              clock.child("cpsat.restrict"), seed, num_workers, False)
             stats["restricted"] = {"ops": len(inside), "found": found}
             if early.incumbent is not None and Fraction(early.incumbent_cost) <= Fraction(cb.value):
                 stats["solver_status"] = "not_run: the plan re-running the hitting set meets the cost bound"
@@ -158,14 +151,15 @@ def solve_cpsat(problem, question: str, *, memory_limit: int | None = None, cost
             # incumbent; the model then looks only for those (``strict``), and proves the
             # incumbent optimal by proving that none exists
             fixed = core_fixed_caps(full, reduced_caps(full, early.incumbent_cost), cb.cores, early.incumbent_cost,
-                                    strict=True, deadline=t0 + FIX_SHARE * float(time_limit), cuts=cb.cuts)
+                                    strict=True, deadline=clock.child("cpsat.fix").end, cuts=cb.cuts)
             strict = Fraction(early.incumbent_cost)
             stats["fixed_caps"] = {"slots": sum(1 + k for k in fixed),
                                    "ops_that_may_rerun": sum(1 for k in fixed if k > 0)}
         if decompose and cost_scale(full)[2]:
-            cb = _decompose(full if fixed is None else RematProblem.of(full, fixed), early, cb,
-                            t0 + (DECOMPOSE_SHARE if decompose_share is None else float(decompose_share))
-                            * float(time_limit), seed, num_workers, stats, nogoods)
+            part = clock.child("cpsat.decompose") if decompose_share is None else \
+                clock.until(clock.start + float(decompose_share) * (clock.end - clock.start))
+            cb = _decompose(full if fixed is None else RematProblem.of(full, fixed), early, cb, part, seed,
+                            num_workers, stats, nogoods)
             if strict is not None and cb.value is not None and Fraction(cb.value) > strict:
                 # over the fixed caps the master bounds the plans cheaper than the incumbent only
                 cb = cb._replace(value=strict if strict.denominator > 1 else int(strict))
@@ -178,7 +172,7 @@ def solve_cpsat(problem, question: str, *, memory_limit: int | None = None, cost
     if strict is not None and Fraction(early.incumbent_cost) < strict:
         # the decomposition found a cheaper plan: fix the caps again below its cost
         fixed = core_fixed_caps(full, reduced_caps(full, early.incumbent_cost), cb.cores, early.incumbent_cost,
-                                strict=True, deadline=time.perf_counter() + FIX_SHARE * float(time_limit),
+                                strict=True, deadline=clock.part(1.0, most=_fix_seconds(clock)).end,
                                 cuts=cb.cuts)
         strict = Fraction(early.incumbent_cost)
     if strict is not None and nogoods:
@@ -186,7 +180,7 @@ def solve_cpsat(problem, question: str, *, memory_limit: int | None = None, cost
         # master cut the re-runs that no count vector below the incumbent's cost allows
         t_fix = time.perf_counter()
         fixed = nogood_fixed_caps(full, fixed, nogoods, strict, strict=True,
-                                  deadline=t_fix + FIX_SHARE * float(time_limit), cuts=cb.cuts)
+                                  deadline=clock.part(1.0, most=_fix_seconds(clock)).end, cuts=cb.cuts)
         stats["nogood_fixed_caps"] = {"slots": sum(1 + k for k in fixed),
                                       "ops_that_may_rerun": sum(1 for k in fixed if k > 0),
                                       "seconds": round(time.perf_counter() - t_fix, 3)}
@@ -385,7 +379,7 @@ def solve_cpsat(problem, question: str, *, memory_limit: int | None = None, cost
     if early.incumbent is not None and within_caps(early.incumbent, p.caps):
         _hint(m, p, early.incumbent, pres, start, end, nruns, P, g)
     solver = cp_model.CpSolver()
-    left = float(time_limit) - (time.perf_counter() - t0)
+    left = clock.left()   # what is left on the clock as the solver starts
     if left <= 0:
         stats["solver_status"] = "time_limit_while_building"
         return finish_result(full, early, None, None if cb is None else ("cost", cb.value), "cpsat", t0, stats)
@@ -429,7 +423,13 @@ def solve_cpsat(problem, question: str, *, memory_limit: int | None = None, cost
     return finish_result(full, early, plan, proven, "cpsat", t0, stats)
 
 
-def _try_caps(full: RematProblem, early, caps, time_limit: float, seed: int, num_workers: int,
+def _fix_seconds(clock) -> float:
+    """The seconds of the share ``cpsat.fix`` of the clock's whole time (the cap fixing after
+    the decomposition: its own slice, not one that ended with the first fixing)."""
+    return clock.shares["cpsat.fix"].fraction * (clock.end - clock.start)
+
+
+def _try_caps(full: RematProblem, early, caps, clock, seed: int, num_workers: int,
               first_solution: bool) -> bool | None:
     """Solve ``min_cost`` under ``early``'s limit with the smaller ``caps`` (no cost bound, no
     decomposition): ``True`` if it found a plan (the incumbent in ``early`` is replaced when
@@ -439,8 +439,8 @@ def _try_caps(full: RematProblem, early, caps, time_limit: float, seed: int, num
     from memopt.remat.model_common import evaluate
 
     inc = early.incumbent if early.incumbent is not None and within_caps(early.incumbent, caps) else None
-    r = solve_cpsat(full.graph, "min_cost", memory_limit=early.memory_limit, cap=caps, time_limit=time_limit,
-                    incumbent=inc, seed=seed, num_workers=num_workers, cost_bound=CostBound(0, ()), decompose=False,
+    r = solve_cpsat(full.graph, "min_cost", memory_limit=early.memory_limit, cap=caps, time_limit=clock.left(),
+                    clock=clock, incumbent=inc, seed=seed, num_workers=num_workers, cost_bound=CostBound(0, ()), decompose=False,
                     restrict=False, first_solution=first_solution)
     if r.status == "infeasible":
         return False
@@ -452,7 +452,7 @@ def _try_caps(full: RematProblem, early, caps, time_limit: float, seed: int, num
     return None
 
 
-def _decompose(full: RematProblem, early, cb, deadline: float, seed: int, num_workers: int, stats: dict,
+def _decompose(full: RematProblem, early, cb, clock, seed: int, num_workers: int, stats: dict,
                nogoods_out: list | None = None):
     """Implicit hitting sets over re-run counts, with this model as the exact oracle.
 
@@ -502,7 +502,9 @@ def _decompose(full: RematProblem, early, cb, deadline: float, seed: int, num_wo
             out[v] = k
         return out
 
-    grow_until = deadline - MASTER_RESERVE * max(0.0, deadline - time.perf_counter())
+    deadline = clock.end
+    grow = clock.child("cpsat.grow")   # the rest is kept for the master
+    grow_until = grow.end
 
     def feasible(y, seconds: float = CHECK_SECONDS) -> bool | None:
         """True (a plan, now a candidate incumbent), False (proved infeasible), None (unknown)."""
@@ -513,10 +515,9 @@ def _decompose(full: RematProblem, early, cb, deadline: float, seed: int, num_wo
         if relaxed_trap_exceeds(full.graph, [v for v in range(n) if caps_of(y)[v] > 0], M, deadline=deadline,
                                 held_inputs=True, last_runs=True):
             return False
-        left = deadline - time.perf_counter()
-        if left <= 0.05:
+        if clock.left() <= 0.05:
             return None
-        return _try_caps(full, early, caps_of(y), min(left, seconds), seed, num_workers, True)
+        return _try_caps(full, early, caps_of(y), clock.part(1.0, most=seconds), seed, num_workers, True)
 
     def relaxed_infeasible(kept: dict) -> bool:
         """Proved that no plan within the limit re-runs each op ``v`` of ``kept`` at most
@@ -525,13 +526,13 @@ def _decompose(full: RematProblem, early, cb, deadline: float, seed: int, num_wo
         producer and readers; they run once there) with caps ``kept`` is infeasible
         (``proofs/remat_exact_models.md``, Lemma 9). A plan found there is no plan of the graph."""
         nonlocal checks
-        left = deadline - time.perf_counter()
-        if left <= 0.05:
+        if clock.left() <= 0.05:
             return False
         checks += 1
         others = [v for v in range(n) if full.caps[v] > 0 and v not in kept]
+        sub = clock.part(1.0, most=RELAX_SECONDS)
         r = solve_cpsat(relaxed_graph(full.graph, others), "min_cost", memory_limit=M,
-                        cap=[kept.get(v, 0) for v in range(n)], time_limit=min(left, RELAX_SECONDS), seed=seed,
+                        cap=[kept.get(v, 0) for v in range(n)], time_limit=sub.left(), clock=sub, seed=seed,
                         num_workers=num_workers, cost_bound=CostBound(0, ()), restrict=False, first_solution=True)
         return r.status == "infeasible"
 
@@ -539,7 +540,7 @@ def _decompose(full: RematProblem, early, cb, deadline: float, seed: int, num_wo
         top = reduced_caps(full, early.incumbent_cost) if early.incumbent is not None else list(full.caps)
         m, b = count_vector_model(pos, top, nogoods, scaled, cb.cuts, free=zero)
         solver = cp_model.CpSolver()
-        solver.parameters.max_time_in_seconds = max(0.05, deadline - time.perf_counter())
+        solver.parameters.max_time_in_seconds = max(0.05, clock.left())
         solver.parameters.num_workers = 2
         st = solver.solve(m)
         if st == cp_model.INFEASIBLE:
@@ -577,7 +578,7 @@ def _decompose(full: RematProblem, early, cb, deadline: float, seed: int, num_wo
             nogoods.append({v: kept.get(v, full.caps[v]) for v in pos})
             relaxed += 1
             continue
-        ok = feasible(y, max(CHECK_SECONDS, MAIN_CHECK_SHARE * (grow_until - time.perf_counter())))
+        ok = feasible(y, max(CHECK_SECONDS, grow.seconds("cpsat.main_check")))
         if ok:
             continue  # a plan of cost <= the bound: optimal (checked at the loop's top)
         if ok is None:
@@ -665,10 +666,10 @@ def _hint(m, p: RematProblem, plan, pres, start, end, nruns, P, g) -> None:
 
 
 def cpsat_method(problem, *, question: str, memory_limit=None, cost_budget=None, cap=1, time_limit: float = 10.0,
-                 incumbent=None, seed: int = 0, cost_bound=None):
+                 incumbent=None, seed: int = 0, cost_bound=None, clock=None):
     """Registry method ``cpsat`` (see :mod:`memopt.remat.registry`)."""
     # the decomposition ends in a few rounds where an op must run more often than the cores
     # can tell (VGG19 at 0.8), and hands the full model the rest of the time otherwise
     return solve_cpsat(problem, question, memory_limit=memory_limit, cost_budget=cost_budget, cap=cap,
                        time_limit=time_limit, incumbent=incumbent, seed=seed, cost_bound=cost_bound,
-                       decompose=True)
+                       decompose=True, clock=clock)

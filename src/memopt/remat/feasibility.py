@@ -135,13 +135,25 @@ class LastRunBound(NamedTuple):
                 f"respectively; peak >= {self.value}")
 
 
+def _deadline(time_limit, clock) -> float | None:
+    """The deadline of ``clock``, else of ``time_limit`` seconds from now, else none."""
+    if clock is not None:
+        return clock.end
+    if time_limit is None:
+        return None
+    from memopt.remat.time_shares import remat_clock
+
+    return remat_clock(time_limit).end
+
+
 def last_run_bound(graph: TensorGraph, at_least: int = 0, max_ops: int = 3, *,
-                   time_limit: float | None = None) -> LastRunBound:
+                   time_limit: float | None = None, clock=None) -> LastRunBound:
     """The largest bound of Lemma 10 (proofs/remat_treedp.md) above ``at_least`` over sets of
     2 to ``max_ops`` ops, with its witness; ``LastRunBound(at_least)`` when none beats it.
     After ``time_limit`` seconds the best bound found so far is returned (every witness is a
     proof on its own; the bound is polynomial, ``O((n + 1) · h^max_ops)`` max-flows for ``h``
-    ops heavy enough to matter, but ``h`` can be large on big graphs).
+    ops heavy enough to matter, but ``h`` can be large on big graphs). ``clock``: the caller's
+    :class:`memopt.clock.Clock`, in place of ``time_limit``.
 
     For an op ``s`` (or the end of the plan) and a set ``A`` of ops with inputs of ``s``
     descending from each, take the last run of each before a run of ``s``, and the latest
@@ -179,7 +191,7 @@ def last_run_bound(graph: TensorGraph, at_least: int = 0, max_ops: int = 3, *,
     touched = [set(ins[v]) | set(outs[v]) for v in range(n)]
     big = sum(size) + 1
     best = LastRunBound(int(at_least))
-    deadline = None if time_limit is None else time.perf_counter() + float(time_limit)
+    deadline = _deadline(time_limit, clock)
 
     def cut(s, sources, zs, free) -> int:
         """Least bytes outside ``free`` that meet every tensor path from the outputs of the ops
@@ -257,12 +269,14 @@ def last_run_bound(graph: TensorGraph, at_least: int = 0, max_ops: int = 3, *,
 
 
 def feasible_plan(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit: float | None = None,
-                  max_states: int | None = None, verify: bool = True, use_bound: bool = True) -> FeasibilityResult:
+                  max_states: int | None = None, verify: bool = True, use_bound: bool = True,
+                  clock=None) -> FeasibilityResult:
     """Decide whether a plan with peak ``<= memory_limit`` exists within the caps (``cap``:
     one global cap or per-op caps, as :func:`memopt.remat.plan.resolve_caps`); never raises
     on a hard instance (``unknown`` after ``time_limit`` seconds or ``max_states``).
     ``use_bound``: ``infeasible`` at once when :func:`last_run_bound` exceeds the limit (the
-    tests turn it off to exercise the search alone)."""
+    tests turn it off to exercise the search alone; it gets the share ``feasibility.last_runs``
+    of the time). ``clock``: the caller's :class:`memopt.clock.Clock`, in place of ``time_limit``."""
     if isinstance(memory_limit, bool) or not isinstance(memory_limit, int):
         raise OptionError(f"memory limit must be an integer number of bytes, got {memory_limit!r}")
     from memopt.remat.treedp import _Instance
@@ -276,8 +290,13 @@ def feasible_plan(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit: f
         raise OptionError(f"the feasibility search needs caps of at most {MAX_LEVELS - 1} (got a cap of "
                           f"{levels - 1} or none); give a finite cap")
     # the last runs before a read (Lemma 10) settle some limits without any search
-    share = None if time_limit is None else 0.2 * float(time_limit)
-    bound = last_run_bound(graph, memory_limit, time_limit=share) if use_bound else None
+    if clock is None and time_limit is not None:
+        from memopt.remat.time_shares import remat_clock
+
+        clock = remat_clock(time_limit)
+    bound = None
+    if use_bound:
+        bound = last_run_bound(graph, memory_limit, clock=None if clock is None else clock.child("feasibility.last_runs"))
     if bound is not None and bound.value > memory_limit:
         return FeasibilityResult("infeasible", None, None, 0, 0, bound.proof)
     size = inst.size
@@ -320,7 +339,7 @@ def feasible_plan(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit: f
                 lvc |= 1 << ((j - 2) * n + v)
         return ideal, live | ((full ^ lvc) << T)
 
-    deadline = None if time_limit is None else time.perf_counter() + float(time_limit)
+    deadline = None if clock is None else clock.end
     start_live = sum(1 << t for t in inst.inputs)
     if inst.const + sum(size[t] for t in inst.inputs) > memory_limit:
         return FeasibilityResult("infeasible", None, None, 0, 0)

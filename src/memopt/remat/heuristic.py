@@ -115,20 +115,13 @@ REORDER_WINDOW = 8
 LNS_PATIENCE = 100
 #: ... and per re-run of the current plan (plus two)
 LNS_PATIENCE_PER_RERUN = 5
-#: the share of the heuristic's time left when the search starts that it may use
-LNS_SHARE = 0.6
-#: the scheduler's time for another starting order: at most this many seconds ...
-SCHEDULE_SECONDS = 10.0
-#: ... and this share of the search time left
-SCHEDULE_SHARE = 0.2
 #: :func:`_multi_start` stops asking for new orders after the scheduler repeats one this often ...
 MAX_REPEATS = 3
 #: ... or once it has this many orders ...
 MAX_ORDERS = 32
-#: ... or used this share of the search time
-ORDERS_SHARE = 0.25
-#: :func:`_greedy_least_overflow` may use this share of the time left for the starting orders
-OVERFLOW_SHARE = 0.25
+# ... or used its share of the search time (``heuristic.orders`` of memopt.remat.time_shares,
+# where every share of the heuristic's time is)
+
 #: :func:`improve_by_lns` may move to a plan this much (relative) dearer than its best ...
 LNS_SLACK = Fraction(1, 10)
 #: ... with this probability
@@ -516,12 +509,12 @@ def _greedy(p: RematProblem, starts, question: str, early, deadline: float):
     return best
 
 
-def _multi_start(p: RematProblem, starts, early, seed: int, deadline: float):
-    """``min_cost`` with the search: the greedy on ``starts``; once a plan fits, within
-    :data:`LNS_SHARE` of the time left, (1) the greedy from other orders: those of the
+def _multi_start(p: RematProblem, starts, early, seed: int, clock):
+    """``min_cost`` with the search: the greedy on ``starts``; once a plan fits, within the
+    share ``heuristic.search`` of the time left on ``clock``, (1) the greedy from other orders: those of the
     relaxed graphs of its re-runs (:func:`_relaxed_orders`), then other least-peak orders of
     the scheduler (seeds ``seed + 1, ...``; new orders only, at most :data:`MAX_ORDERS` in
-    all, in :data:`ORDERS_SHARE` of the search time), and from the least-overflow version
+    all, in the share ``heuristic.orders`` of the search time), and from the least-overflow version
     of the given order and of each of these (:func:`_greedy_least_overflow`), (2) :func:`improve_by_lns` from the fitting
     plans in rounds of successive halving (each plan an equal slice of a round's time, the
     cheaper half goes on; the search stops sooner on its patience), (3) in the time the
@@ -533,27 +526,26 @@ def _multi_start(p: RematProblem, starts, early, seed: int, deadline: float):
     from memopt.schedule import schedule
 
     M = early.memory_limit
-    best = _greedy(p, starts, "min_cost", early, deadline)
+    best = _greedy(p, starts, "min_cost", early, clock.end)
     stats = {"runs": len(best[0]), "orders": 1, "starts": []}
     if best[2] > M:
         return (*best, stats)
-    now = time.perf_counter()
-    search_end = now + LNS_SHARE * (deadline - now)
-    orders_end = now + ORDERS_SHARE * (search_end - now)
+    search = clock.child("heuristic.search")
+    orders = search.child("heuristic.orders")
+    search_end, orders_end = search.end, orders.end
     seen = {tuple(s) for s in starts}
     fitting, k, repeats = [best], 0, 0
-    fitting += _greedy_least_overflow(p, starts[0], early, orders_end, seed)
-    for order in _relaxed_orders(p, best[0], orders_end):
+    fitting += _greedy_least_overflow(p, starts[0], early, orders, seed)
+    for order in _relaxed_orders(p, best[0], orders):
         if tuple(order) not in seen:
             seen.add(tuple(order))
             got = _greedy(p, [order], "min_cost", early, orders_end)
             if got[2] <= M:
                 fitting.append(got)
-            fitting += _greedy_least_overflow(p, order, early, orders_end, seed)
-    while len(seen) < MAX_ORDERS and repeats < MAX_REPEATS and time.perf_counter() < orders_end:
+            fitting += _greedy_least_overflow(p, order, early, orders, seed)
+    while len(seen) < MAX_ORDERS and repeats < MAX_REPEATS and not orders.expired():
         k += 1
-        left = orders_end - time.perf_counter()
-        order = schedule(p.graph, time_limit=max(0.05, min(SCHEDULE_SECONDS, SCHEDULE_SHARE * left)),
+        order = schedule(p.graph, time_limit=max(0.05, orders.seconds("heuristic.schedule")),
                          seed=seed + k).order.tolist()
         if tuple(order) in seen:
             repeats += 1  # the scheduler found the same order again
@@ -562,7 +554,7 @@ def _multi_start(p: RematProblem, starts, early, seed: int, deadline: float):
         got = _greedy(p, [order], "min_cost", early, orders_end)
         if got[2] <= M:
             fitting.append(got)
-        fitting += _greedy_least_overflow(p, order, early, orders_end, seed + k)
+        fitting += _greedy_least_overflow(p, order, early, orders, seed + k)
     # successive halving: every plan gets an equal slice of a round's time, the cheaper half
     # goes on to the next round (the greedy's cost predicts the search's end poorly)
     pool = sorted(fitting, key=lambda g: Fraction(g[3]))
@@ -582,8 +574,8 @@ def _multi_start(p: RematProblem, starts, early, seed: int, deadline: float):
         pool = sorted(pool, key=lambda g: Fraction(g[3]))[:max(1, (len(pool) + 1) // 2)]
     # time the search left (it stops on its patience): start again from the relaxed orders
     # of the best plan's re-runs, as long as that finds a new order
-    while time.perf_counter() < search_end:
-        fresh = [o for o in _relaxed_orders(p, best[0], search_end) if tuple(o) not in seen]
+    while not search.expired():
+        fresh = [o for o in _relaxed_orders(p, best[0], search) if tuple(o) not in seen]
         if not fresh:
             break
         for order in fresh:
@@ -591,8 +583,7 @@ def _multi_start(p: RematProblem, starts, early, seed: int, deadline: float):
             got = _greedy(p, [order], "min_cost", early, search_end)
             if got[2] > M:
                 continue
-            now = time.perf_counter()
-            got = improve_by_lns(p, got[0], M, seed=seed + len(seen), deadline=now + 0.5 * (search_end - now))
+            got = improve_by_lns(p, got[0], M, seed=seed + len(seen), deadline=search.child("heuristic.restart").end)
             stats["starts"].append([got[3]])
             if Fraction(got[3]) < Fraction(best[3]):
                 best = got[:4]
@@ -601,25 +592,24 @@ def _multi_start(p: RematProblem, starts, early, seed: int, deadline: float):
     return (*best, stats)
 
 
-def _greedy_least_overflow(p: RematProblem, order, early, deadline: float, seed: int) -> list:
+def _greedy_least_overflow(p: RematProblem, order, early, clock, seed: int) -> list:
     """``[greedy answer]`` from the least-overflow version of ``order``
-    (:func:`memopt.remat.order_search.least_overflow_order`, within :data:`OVERFLOW_SHARE` of
-    the time to ``deadline``) if it is another order and the answer fits the limit, else
+    (:func:`memopt.remat.order_search.least_overflow_order`, within the share
+    ``heuristic.overflow`` of the time left on ``clock``) if it is another order and the answer fits the limit, else
     ``[]``. The scheduler's orders have the least peak, not the least overflow above the
     limit, which is what the greedy pays for: on ``random_layered_n250`` the greedy from the
     scheduler's order costs 7126, from its least-overflow version 4637 (n500: 8108 -> 5032)."""
     from memopt.remat.order_search import least_overflow_order
 
-    now = time.perf_counter()
     moved = least_overflow_order(p, order, early.memory_limit, seed=seed,
-                                 deadline=now + OVERFLOW_SHARE * max(0.0, deadline - now))[0]
+                                 deadline=clock.child("heuristic.overflow").end)[0]
     if moved == list(order):
         return []
-    got = _greedy(p, [moved], "min_cost", early, deadline)
+    got = _greedy(p, [moved], "min_cost", early, clock.end)
     return [got] if got[2] <= early.memory_limit else []
 
 
-def _relaxed_orders(p: RematProblem, runs, deadline: float) -> list:
+def _relaxed_orders(p: RematProblem, runs, clock) -> list:
     """Least-peak orders of the relaxed graphs ``G_S`` and ``G_S^+`` of the set ``S`` of ops
     that ``runs`` re-runs (:func:`memopt.remat.lower_bounds.relaxed_graph`,
     :func:`~memopt.remat.lower_bounds.held_inputs_graph`): the best order when the outputs of
@@ -634,10 +624,9 @@ def _relaxed_orders(p: RematProblem, runs, deadline: float) -> list:
     if not again:
         return out
     for make in (relaxed_graph, held_inputs_graph):
-        left = deadline - time.perf_counter()
-        if left <= 0:
+        if clock.expired():
             break
-        out.append(schedule(make(p.graph, again), time_limit=max(0.05, min(SCHEDULE_SECONDS, SCHEDULE_SHARE * left)),
+        out.append(schedule(make(p.graph, again), time_limit=max(0.05, clock.seconds("heuristic.schedule")),
                             seed=0).order.tolist())
     return out
 
@@ -651,25 +640,27 @@ def _rank(question, memory_limit, got):
 
 
 def heuristic_method(problem, *, question: str, memory_limit=None, cost_budget=None, cap=1,
-                     time_limit: float = 10.0, incumbent=None, seed: int = 0, lns: bool = True):
+                     time_limit: float = 10.0, incumbent=None, seed: int = 0, lns: bool = True, clock=None):
     """Registry method ``heuristic`` (see :mod:`memopt.remat.registry`). ``incumbent``: a plan
     whose runs are the starting sequence (default: the order of ``memopt.schedule``);
-    ``lns``: run :func:`improve_by_lns` on a ``min_cost`` plan that fits (the default)."""
+    ``lns``: run :func:`improve_by_lns` on a ``min_cost`` plan that fits (the default);
+    ``clock``: the caller's :class:`memopt.clock.Clock` (else one of ``time_limit`` seconds)."""
     from memopt.remat.result import RematResult
+    from memopt.remat.time_shares import remat_clock
 
     t0 = time.perf_counter()
+    clock = remat_clock(time_limit, clock)
     p = RematProblem.of(problem, cap)
     early = start_result(p, question, memory_limit, cost_budget, None, "heuristic", t0)
     if early.done and early.result.status == "infeasible":
         return early.result
-    deadline = t0 + float(time_limit)
     if incumbent is not None:
         runs = incumbent.runs().tolist()
         evaluate(p, incumbent)  # a bad incumbent is the caller's error, named here
     else:
         from memopt.schedule import schedule
 
-        order = schedule(p.graph, time_limit=max(0.0, 0.3 * float(time_limit))).order
+        order = schedule(p.graph, time_limit=clock.seconds("heuristic.start_order")).order
         runs = order.tolist()
     # several starts, the cheapest answer kept: the given order, then the input order (ops
     # in id order, or the graph's topological order) -- a different order puts the peak
@@ -687,13 +678,13 @@ def heuristic_method(problem, *, question: str, memory_limit=None, cost_budget=N
     from memopt.remat.held_tensors import held_tensor_moves  # it imports this module
 
     held = held_tensor_moves(p, runs, question, memory_limit=early.memory_limit, cost_budget=early.cost_budget,
-                             deadline=time.perf_counter() + 0.25 * max(0.0, deadline - time.perf_counter()))
+                             deadline=clock.child("heuristic.held_tensors").end)
     if held not in starts:
         starts.append(held)
     if lns and question == "min_cost":
-        runs, plan, peak, cost, stats = _multi_start(p, starts, early, seed, deadline)
+        runs, plan, peak, cost, stats = _multi_start(p, starts, early, seed, clock)
     else:
-        runs, plan, peak, cost = _greedy(p, starts, question, early, deadline)
+        runs, plan, peak, cost = _greedy(p, starts, question, early, clock.end)
         stats = {"runs": len(runs)}
     if question == "min_cost" and peak > early.memory_limit:
         # no plan within the limit: the lowest-overflow plan, status unknown

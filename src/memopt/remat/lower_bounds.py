@@ -569,9 +569,6 @@ def relaxed_trap_exceeds(graph: TensorGraph, rerun, limit: int, *, deadline: flo
     return False
 
 
-#: the share of ``cost_lower_bound``'s time that the trap cuts may take before the first core
-CUTS_SHARE = 0.25
-
 #: the seconds that the rows of one hitting set (Theorem 7 at ``S_0 = H``) may take; about
 #: 0.03 s on random_layered_n250, where a core takes about twice that (0.35 s before the
 #: oracle asked its deciding test first; measured 2026-12-01 on the 2-core machine)
@@ -592,12 +589,8 @@ def _forward_trap_above(dag, limit: int, deadline: float, hints: list, num_ops: 
     return forward_trap_exceeds(dag, limit, deadline=deadline, hints=hints, keep_hints=TRAP_HINTS, hint_below=num_ops)
 
 
-#: the share of ``cost_lower_bound``'s time after which G_S^+ joins the oracle even if the
-#: forward trap of G_S alone still finds cores. 0 since the oracle got cheap (cached
-#: reachability, hinted traps): on random_layered_n250 G_S^+ from the start reached 824
-#: at 60 s where a third of the time on G_S alone reached 786 (2026-12-01, 2-core machine;
-#: G_S alone was once the faster oracle on the Checkmate graphs; not re-measured there)
-ESCALATE_SHARE = 0
+# the shares of cost_lower_bound's time (the trap cuts first, G_S^+ joining, one pair or
+# scheduler question) are the ``bound.*`` entries of memopt.remat.time_shares.SHARES
 
 #: other hitting sets the solver found on its way whose cores are sought before the next solve
 POOL_CORES = 6   # random_layered_n250, 60 s, 2026-12-01: 870 without, 909 with 2, 932 with 6
@@ -660,9 +653,13 @@ class CostBound(NamedTuple):
     ``cores``: sets of op ids (sorted tuples), each containing an op that every plan within
     the limit re-runs; ``hitting_set``: an op set meeting every core, a cheapest one unless
     the time limit stopped the hitting-set solver; ``infeasible``: no plan within the caps meets the limit
-    (the relaxed graph of every op that may re-run has a trap above it); ``complete``: the
-    scheme ran to its fixpoint (the relaxed graph of ``hitting_set`` fits the limit) rather
-    than stopping at the time limit; ``evaluations``: trap bounds computed; ``clauses``:
+    (the relaxed graph of every op that may re-run has a trap above it); ``complete``:
+    ``value`` is what the scheme proves, not where a deadline stopped it: it reached its fixpoint
+    (the relaxed graph of ``hitting_set`` fits the limit, answered before the deadline), or the
+    least hitting cost, solved to optimality, reached ``stop_at``, or it proved ``infeasible``
+    (false by default: a bound made by hand claims nothing); ``ended``: how it ended,
+    ``"fixpoint"``, ``"stop_at"``, ``"infeasible"``, ``"deadline"`` (time limit or ``cancel``) or
+    ``"hitting_set_time"`` (the hitting-set solver was stopped); ``evaluations``: trap bounds computed; ``clauses``:
     pairs ``(C, Y)`` of sorted op tuples, each saying that every plan within the limit
     whose re-runs are all read re-runs an op of ``C`` or does not re-run some op of ``Y``
     (Theorem 5; not in ``cores``, whose users read each core as "some op of it re-runs");
@@ -672,10 +669,11 @@ class CostBound(NamedTuple):
     cores: tuple
     hitting_set: tuple = ()
     infeasible: bool = False
-    complete: bool = True
+    complete: bool = False
     evaluations: int = 0
     clauses: tuple = ()
     cuts: tuple = ()
+    ended: str = ""
 
 
 def floor_scaled_costs(costs, terms: int) -> tuple[list[int], Fraction, bool]:
@@ -821,7 +819,7 @@ def _known_cost(H, cores, clauses, costs, cuts=()):
 def cost_lower_bound(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit: float = 5.0,
                      stop_at=None, pair_time: float | None = None, held_inputs: bool = True,
                      spikes: bool = True, exact_time: float | None = None, cancel=None,
-                     last_runs: bool = True, trap_cuts: bool = True) -> CostBound:
+                     last_runs: bool = True, trap_cuts: bool = True, clock=None) -> CostBound:
     """A lower bound on the extra cost of every plan within the caps whose peak is at most
     ``memory_limit`` (``proofs/remat_cost_bounds.md``, Theorem 2), with its cores.
 
@@ -838,12 +836,14 @@ def cost_lower_bound(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit
     The oracle "``G_S`` has a trap above the limit", in levels, each switched on once the one
     below finds no more cores: the forward trap of ``G_S``; with ``held_inputs`` (default)
     also that of :func:`held_inputs_graph` ``G_S^+`` (Theorem 1'; asked first, and from the
-    start: :data:`ESCALATE_SHARE`) and, with ``last_runs`` (default), the last-run trap of
+    start: the share ``bound.escalate``) and, with ``last_runs`` (default), the last-run trap of
     ``S`` (:mod:`memopt.remat.last_runs`, §6: the order of last runs, which holds a tensor
     made by an op of ``S`` from its producer's last run to its later readers); then also their pair
-    traps, up to ``pair_time`` seconds per question (default ``time_limit / 20``; 0 turns it
-    off); then also the least-peak bound the scheduler proves for them, up to ``exact_time``
-    seconds per graph (default ``time_limit / 10``; 0 turns it off) (Corollary 2').
+    traps, up to ``pair_time`` seconds per question (default the share ``bound.pair_question``
+    of the time, a twentieth; 0 turns it off); then also the least-peak bound the scheduler
+    proves for them, up to ``exact_time`` seconds per graph (default ``bound.exact_question``,
+    a tenth; 0 turns it off) (Corollary 2'). ``clock``: the caller's
+    :class:`memopt.clock.Clock` (else one of ``time_limit`` seconds).
 
     ``spikes`` (default): at that fixpoint (``G_H`` fits), ask whether a plan that re-runs
     *every* op of ``H`` fits: :func:`rerun_graph` ``G_{S,H}`` adds the moment of each last
@@ -862,8 +862,12 @@ def cost_lower_bound(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit
     returns true the bound stops as at the time limit (the best value proved so far, the cores
     completed so far, ``complete=False``). ``stop_at`` may be a function too, asked after each
     hitting set (a plan found meanwhile, e.g. by a process alongside)."""
-    t0 = time.perf_counter()
-    deadline = t0 + max(0.0, float(time_limit))
+    from memopt.remat.time_shares import remat_clock
+
+    clock = remat_clock(time_limit, clock)
+    deadline = clock.end
+    total = clock.left()
+    shares = clock.shares
     caps = resolve_caps(graph, cap)
     n = graph.num_ops
     M = int(memory_limit)
@@ -876,14 +880,14 @@ def cost_lower_bound(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit
     # per pair, a slice of the time per question). A level is switched on only once the one
     # below reaches its fixpoint, so where the cheap oracle alone keeps finding cores (the
     # Checkmate graphs) the scheme runs as fast as with it alone
-    pair = max(0.0, float(time_limit)) / 20 if pair_time is None else float(pair_time)
-    exact = max(0.0, float(time_limit)) / 10 if exact_time is None else float(exact_time)
+    pair = shares["bound.pair_question"].fraction * total if pair_time is None else float(pair_time)
+    exact = shares["bound.exact_question"].fraction * total if exact_time is None else float(exact_time)
     second = held_inputs or last_runs
     levels = [(False, False, 0.0, 0.0)] + ([(held_inputs, last_runs, 0.0, 0.0)] if second else []) + \
         ([(held_inputs, last_runs, pair, 0.0)] if pair > 0 else []) + \
         ([(held_inputs, last_runs, pair, exact)] if exact > 0 else [])
     level = [0]
-    escalate_at = t0 + ESCALATE_SHARE * max(0.0, float(time_limit))
+    escalate_at = clock.child("bound.escalate").end
 
     def check_cancel() -> None:
         if cancel is not None and cancel():
@@ -898,7 +902,7 @@ def cost_lower_bound(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit
             return True
         count[0] += 1
         if level[0] == 0 and len(levels) > 1 and second and time.perf_counter() > escalate_at:
-            level[0] = 1  # past ESCALATE_SHARE of the time (0: at once), G_S^+ and last runs join G_S
+            level[0] = 1  # past the share bound.escalate (0: at once), G_S^+ and last runs join G_S
         held, last, pt, et = levels[level[0]]
         answer = relaxed_trap_exceeds(graph, S, M, deadline=deadline, pair_time=pt, held_inputs=held, exact_time=et,
                                       last_runs=last)
@@ -925,9 +929,11 @@ def cost_lower_bound(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit
 
     cuts: list = []
 
-    def result(value, cores, hs=(), infeasible=False, complete=True):
+    def result(value, cores, hs=(), infeasible=False, ended="fixpoint"):
         value = None if value is None else (int(value) if Fraction(value).denominator == 1 else Fraction(value))
-        return CostBound(value, tuple(cores), tuple(hs), infeasible, complete, count[0], tuple(clauses), tuple(cuts))
+        complete = ended in ("fixpoint", "stop_at", "infeasible")
+        return CostBound(value, tuple(cores), tuple(hs), infeasible, complete, count[0], tuple(clauses), tuple(cuts),
+                         ended)
 
     def spike_over(S, Y) -> bool:
         check_cancel()
@@ -1008,22 +1014,23 @@ def cost_lower_bound(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit
     value = Fraction(0)
     try:
         if n == 0 or fits(()):
-            return result(0, ())
+            # a "fits" answered at the deadline proves nothing (the trap search was cut short)
+            return result(0, (), ended="fixpoint" if n == 0 or time.perf_counter() < deadline else "deadline")
         if over(rerun):
-            return result(None, (), infeasible=True)
+            return result(None, (), infeasible=True, ended="infeasible")
         if trap_cuts:
             # the trap cuts (§7) first: where a limit needs several re-runs at one trap, they
             # give the hitting set what cores would learn one combination at a time
             # (a share of the time at most: a few cuts per op whose trap may exceed the limit)
-            keep_rows(make_cuts(graph, M, caps, deadline=min(deadline, t0 + CUTS_SHARE * max(0.0, float(time_limit)))))
+            keep_rows(make_cuts(graph, M, caps, deadline=clock.child("bound.cuts").end))
             if cuts:
                 hs_value, hs, optimal = min_hitting_set([], costs, deadline, cuts=cuts)
                 if hs_value is None:  # a row no set of re-runnable ops meets
-                    return result(None, (), infeasible=True)
+                    return result(None, (), infeasible=True, ended="infeasible")
                 value = hs_value
                 target = stop_at() if callable(stop_at) else stop_at
                 if not optimal or (target is not None and value >= Fraction(target)):
-                    return result(value, cores, hs, complete=optimal)
+                    return result(value, cores, hs, ended="stop_at" if optimal else _stopped(deadline))
                 H = hs
         while time.perf_counter() < deadline:
             if not fits(H):
@@ -1040,23 +1047,23 @@ def cost_lower_bound(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit
                 clauses.append((tuple(sorted(core)), tuple(sorted(Y))))
             else:
                 # a trap stopped by the deadline answers "fits" too: then it is no fixpoint
-                return result(value, cores, H, complete=time.perf_counter() < deadline)
+                return result(value, cores, H, ended="fixpoint" if time.perf_counter() < deadline else "deadline")
             check_cancel()
             found: list = []
             hs_value, hs, optimal = min_hitting_set([tuple(sorted(c)) for c in minimal], costs, deadline, clauses,
                                                     upper=_known_cost(H, minimal, clauses, costs, cuts), pool=found,
                                                     cuts=cuts)
             if hs_value is None:  # an empty core (the trap of every op that may re-run), or clauses no set meets
-                return result(None, cores, infeasible=True)
+                return result(None, cores, infeasible=True, ended="infeasible")
             # more cores never lower the least hitting cost: keep the best bound proved so far
             value = max(value, hs_value)
             target = stop_at() if callable(stop_at) else stop_at
             if target is not None and value >= Fraction(target):
-                return result(value, cores, hs, complete=optimal)
+                return result(value, cores, hs, ended="stop_at" if optimal else _stopped(deadline))
             if not optimal:
                 if not hs:  # stopped with nothing to show: the last set plus the new core's cheapest op
                     hs = tuple(sorted(set(H) | {min(core, key=lambda v: (Fraction(costs[v]), v))} if core else H))
-                return result(value, cores, hs, complete=False)
+                return result(value, cores, hs, ended=_stopped(deadline))
             H = hs
             # the sets the solver passed on its way meet every core too and cost little more:
             # their cores, found now, spare the solves that would propose them next
@@ -1066,6 +1073,12 @@ def cost_lower_bound(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit
                 if time.perf_counter() < deadline and over_in_growth(other):
                     rows_at(other)
                     add_core(grow(set(other), over_in_growth))
-        return result(value, cores, H, complete=False)
+        return result(value, cores, H, ended="deadline")
     except _Cancelled:
-        return result(value, cores, H, complete=False)
+        return result(value, cores, H, ended="deadline")
+
+
+def _stopped(deadline: float) -> str:
+    """How a bound whose hitting-set solver was stopped ended: at the deadline, or on the
+    solver's own limit."""
+    return "deadline" if time.perf_counter() >= deadline else "hitting_set_time"

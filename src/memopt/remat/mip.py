@@ -74,12 +74,17 @@ MAX_VARIABLES = 400_000
 
 
 def solve_mip(problem, question: str, *, memory_limit: int | None = None, cost_budget=None, cap=1,
-              time_limit: float = 10.0, incumbent=None, seed: int = 0):
+              time_limit: float = 10.0, incumbent=None, seed: int = 0, clock=None):
     """Solve ``question`` (``"min_cost"`` under ``memory_limit``, ``"min_peak"`` under
     ``cost_budget``) exactly with SCIP, within ``time_limit`` seconds; a :class:`RematResult`
     whose plan (if any) is valid and answers the question. ``incumbent`` (a plan) is given to
-    SCIP as a start solution when it answers the question."""
+    SCIP as a start solution when it answers the question. ``clock``: the caller's
+    :class:`memopt.clock.Clock` (else one of ``time_limit`` seconds); SCIP's ``limits/time`` is
+    what is left on it when the model is built."""
+    from memopt.remat.time_shares import remat_clock
+
     t0 = time.perf_counter()
+    clock = remat_clock(time_limit, clock)
     full = RematProblem.of(problem, cap)
     early = start_result(full, question, memory_limit, cost_budget, incumbent, "mip", t0)
     if early.done:
@@ -99,7 +104,7 @@ def solve_mip(problem, question: str, *, memory_limit: int | None = None, cost_b
     first = sum(cs)
     m = Model("remat")
     m.hideOutput()
-    m.setParam("limits/time", max(0.01, float(time_limit) - (time.perf_counter() - t0)))
+    m.setParam("limits/time", max(0.01, clock.left()))
     m.setParam("randomization/randomseedshift", int(seed) % 2**31)
     m.setParam("limits/gap", 0.0)
     m.setParam("limits/absgap", 0.0)
@@ -183,7 +188,7 @@ def solve_mip(problem, question: str, *, memory_limit: int | None = None, cost_b
         if P is not None:
             m.setSolVal(sol, P, float((early.incumbent_peak - p.resident_bytes) // g))
         m.addSol(sol, free=True)
-    left = float(time_limit) - (time.perf_counter() - t0)
+    left = clock.left()
     if left <= 0:
         m.freeProb()
         stats["solver_status"] = "time_limit_while_building"
@@ -219,7 +224,7 @@ def solve_mip(problem, question: str, *, memory_limit: int | None = None, cost_b
 
 
 def mip_method(problem, *, question: str, memory_limit=None, cost_budget=None, cap=1, time_limit: float = 10.0,
-               incumbent=None, seed: int = 0):
+               incumbent=None, seed: int = 0, clock=None):
     """Registry method ``mip`` (see :mod:`memopt.remat.registry`)."""
     return solve_mip(problem, question, memory_limit=memory_limit, cost_budget=cost_budget, cap=cap,
-                     time_limit=time_limit, incumbent=incumbent, seed=seed)
+                     time_limit=time_limit, incumbent=incumbent, seed=seed, clock=clock)

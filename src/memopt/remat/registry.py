@@ -10,7 +10,10 @@ Modelled on :mod:`memopt.schedule.registry`. Every method is a function::
 * ``question``: ``"min_cost"`` (minimum extra cost with peak ``<= memory_limit`` bytes) or
   ``"min_peak"`` (minimum peak with extra cost ``<= cost_budget``);
 * ``cap``: one ``k`` for every op, a list (one per op) or a mapping ``{op: k}``;
-* ``time_limit``: seconds; the method returns its best plan by then and never hangs;
+* ``time_limit``: seconds; the method returns its best plan by then and never hangs; the
+  registered methods also take ``clock=`` (a :class:`memopt.clock.Clock`), which
+  :func:`memopt.remat` passes them in place of the seconds (``time_limit`` then only says
+  what is left on it); a user's callable gets ``time_limit`` alone;
 * ``incumbent``: a valid :class:`~memopt.remat.plan.RematPlan` it may start from;
 * ``seed``: for randomized parts (CP-SAT's search, SCIP's permutation);
 * returns a :class:`~memopt.remat.result.RematResult` whose plan (when there is one) is valid

@@ -215,13 +215,15 @@ def add_row(model, literal, cut: TrapCut) -> bool:
     return True
 
 
-def budget_peak_bound(graph: TensorGraph, cost_budget, cap=1, *, time_limit: float = 5.0, floor: int = 0) -> int:
+def budget_peak_bound(graph: TensorGraph, cost_budget, cap=1, *, time_limit: float = 5.0, floor: int = 0,
+                      clock=None) -> int:
     """A lower bound on the peak of every plan within the caps whose extra cost is at most
     ``cost_budget`` (Corollary 7'): the least, over op sets ``R`` of cost at most the budget
     (ops with cap 0 excluded), of ``max_v T(v) - sum_{w in R} A_w(v)``, solved by CP-SAT within
     ``time_limit`` seconds (its proven objective bound when stopped). Only ops whose forward
     trap exceeds ``floor`` (a bound known already) take part: the others cannot raise it.
-    Returns ``floor`` when no trap exceeds it."""
+    Returns ``floor`` when no trap exceeds it. ``clock``: the caller's
+    :class:`memopt.clock.Clock` (else one of ``time_limit`` seconds)."""
     from fractions import Fraction
 
     from ortools.sat.python import cp_model
@@ -233,7 +235,9 @@ def budget_peak_bound(graph: TensorGraph, cost_budget, cap=1, *, time_limit: flo
     floor = int(floor)
     if n == 0:
         return floor
-    deadline = time.perf_counter() + max(0.0, float(time_limit))
+    from memopt.remat.time_shares import remat_clock
+
+    deadline = remat_clock(time_limit, clock).end
     caps = resolve_caps(graph, cap)
     budget = Fraction(cost_budget)
     costs = exact_costs(graph)

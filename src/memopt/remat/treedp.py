@@ -563,7 +563,8 @@ def min_peak(graph: TensorGraph, cost_budget, cap=1, *, time_limit: float | None
 
 
 def treedp_method(problem, *, question: str, memory_limit=None, cost_budget=None, cap=1, time_limit: float = 10.0,
-                  incumbent=None, seed: int = 0, warm_start: float = 0.3, feasibility_share: float = 0.4):
+                  incumbent=None, seed: int = 0, warm_start: float = 0.3, feasibility_share: float = 0.4,
+                  clock=None):
     """Registry method ``treedp`` (see :mod:`memopt.remat.registry`): :func:`min_extra_cost` or
     :func:`min_peak`, with the common start and finish of every recomputation method (the
     footprint bound, the incumbent, exact re-evaluation of the plan).
@@ -578,10 +579,14 @@ def treedp_method(problem, *, question: str, memory_limit=None, cost_budget=None
     is the incumbent (``feasible``) with the cost lower bound. When no plan within the limit
     is known after the warm start, :func:`memopt.remat.feasibility.feasible_plan` runs first
     with ``feasibility_share`` of the time left: ``infeasible`` is then the answer (proved by
-    exhaustion), a plan it finds is the DP's incumbent."""
+    exhaustion), a plan it finds is the DP's incumbent. ``clock``: the caller's
+    :class:`memopt.clock.Clock` (its time left is the time limit)."""
     from memopt.remat.model_common import RematProblem, finish_result, start_result
+    from memopt.remat.time_shares import remat_clock
 
     t0 = time.perf_counter()
+    clock = remat_clock(time_limit, clock)
+    time_limit = clock.left()
     p = RematProblem.of(problem, cap)
     st = start_result(p, question, memory_limit, cost_budget, incumbent, "treedp", t0)
     if st.done:
@@ -595,7 +600,7 @@ def treedp_method(problem, *, question: str, memory_limit=None, cost_budget=None
 
         # the last runs before a read (proofs/remat_treedp.md Lemma 10): a peak bound that
         # the footprint bound of start_result does not see, cheap enough to try first
-        bound = last_run_bound(p.graph, st.memory_limit, time_limit=0.1 * float(time_limit))
+        bound = last_run_bound(p.graph, st.memory_limit, clock=clock.child("treedp.last_runs"))
         if bound.value > st.memory_limit:
             st.lower = max(st.lower, bound.value)
             return finish_result(p, st, None, ("infeasible",), "treedp", t0, {"last_run_bound": bound.proof})
@@ -606,13 +611,15 @@ def treedp_method(problem, *, question: str, memory_limit=None, cost_budget=None
         if share > 0:
             # two thirds to the bound (it stops as soon as it is done; a tight bound is what
             # settles an A* layer), one third to the heuristic's incumbent
-            cb = cost_lower_bound(p.graph, st.memory_limit, caps, time_limit=2 * share / 3)
+            sub = clock.part(1.0, most=2 * share / 3)
+            cb = cost_lower_bound(p.graph, st.memory_limit, caps, time_limit=sub.left(), clock=sub)
             if cb.infeasible:
                 return finish_result(p, st, None, ("infeasible",), "treedp", t0, {"proof": "cost lower bound"})
             lower = cb.value
             if plan is None:
+                sub = clock.part(1.0, most=share / 3)
                 h = get_method("heuristic").load()(p.graph, question="min_cost", memory_limit=st.memory_limit,
-                                                  cap=caps, time_limit=share / 3)
+                                                  cap=caps, time_limit=sub.left(), clock=sub)
                 if h.plan is not None and h.peak is not None and h.peak <= st.memory_limit:
                     plan = h.plan
             stats["warm_start"] = {"cost_lower_bound": str(lower),
@@ -624,21 +631,20 @@ def treedp_method(problem, *, question: str, memory_limit=None, cost_budget=None
             # no plan within the limit is known: decide feasibility first with part of the
             # time (proofs/remat_treedp.md §2.2: exhaustion proves infeasible, which the cost
             # DP cannot do cheaply since it tells states apart by cost)
-            left = max(0.0, float(time_limit) - (time.perf_counter() - t0))
             # (the last-run bound was tried above)
-            fz = feasible_plan(p.graph, st.memory_limit, caps, time_limit=feasibility_share * left, use_bound=False)
+            fz = feasible_plan(p.graph, st.memory_limit, caps, clock=clock.part(feasibility_share), use_bound=False)
             stats["feasibility"] = {"status": fz.status, "states": fz.states, "pruned": fz.pruned}
             if fz.status == "infeasible":
                 stats["feasibility"]["proof"] = (f"feasibility search exhausted {fz.states} states (dominance, "
                                                  "proofs/remat_treedp.md Theorem 4)")
                 return finish_result(p, st, None, ("infeasible",), "treedp", t0, stats)
             plan = fz.plan
-        remaining = max(0.0, float(time_limit) - (time.perf_counter() - t0))
+        remaining = clock.left()
         r = min_extra_cost(p.graph, st.memory_limit, caps, time_limit=remaining, incumbent=plan, cost_lower=lower,
                            use_last_run=False)  # tried above
         proven = {"optimal": ("cost", r.extra_cost), "infeasible": ("infeasible",)}.get(r.status, ("cost", lower))
     else:
-        remaining = max(0.0, float(time_limit) - (time.perf_counter() - t0))
+        remaining = clock.left()
         r = min_peak(p.graph, st.cost_budget, caps, time_limit=remaining)
         proven = ("peak", r.peak) if r.status == "optimal" else None
     return finish_result(p, st, r.plan, proven, "treedp", t0,

@@ -1,0 +1,126 @@
+"""How a recomputation call splits its time: the one table of shares.
+
+Every recomputation method, bound and solver gets a :class:`memopt.clock.Clock` (or one made
+here from its ``time_limit`` when called directly: :func:`remat_clock`) and takes its parts'
+sub-deadlines from it by name, :meth:`Clock.child`. No module of :mod:`memopt.remat` keeps a
+share of its own. Each entry is a :class:`~memopt.clock.Share`: a fraction of the time left
+when the part starts (of the clock's whole time with ``of_total``), at most ``most`` seconds.
+
+>>> c = remat_clock(10.0)
+>>> 5.9 < c.child("heuristic.search").left() <= 6.0
+True
+>>> sorted(SHARES)[:2]
+['auto.baseline', 'auto.bound']
+"""
+
+from __future__ import annotations
+
+from memopt.clock import Clock, Share
+
+__all__ = ["SHARES", "remat_clock"]
+
+SHARES: dict[str, Share] = {
+    # ---- memopt.remat(..., method="auto") and the call around every method (remat/api.py)
+    # the scheduling core's least-peak order without recomputation (the baseline P0 and the
+    # first plan; the scheduler stops early when it proves its order optimal)
+    "auto.baseline": Share(0.25),
+    # the lower bound on the peak of every capped plan (the trap of the ops that may re-run)
+    "auto.peak_bound": Share(0.1, most=5.0),
+    # min_peak: the trap cuts under the cost budget (proofs/remat_cost_bounds.md, Corollary 7')
+    "auto.budget_peak_bound": Share(0.1, most=5.0),
+    # the heuristic when no plan fits the limit yet: everything after builds on its plan (0.6
+    # before the cost bound got its own share: on ResNet50 at 0.9 CP-SAT then lacked the time
+    # to find its 440 plan)
+    "auto.heuristic": Share(0.45),
+    # the heuristic on min_peak, when the no-recomputation plan is not yet proved least
+    "auto.heuristic_min_peak": Share(0.3),
+    # the cost lower bound before CP-SAT (which would give it a quarter of its own time): with
+    # the scheduler as its last oracle the bound is what decides the random layered graphs
+    # (proofs/remat_cost_bounds.md §5); with a child process, how long it runs on beside the
+    # local search once the heuristic is done
+    "auto.bound": Share(0.4),
+    # the cost bound alone, on a graph too large for the models, computed in this process
+    "auto.bound_alone": Share(0.7),
+    # the bound's child process on a graph too large for the models; the rest is for the
+    # CP-SAT model over the bound's hitting set and the local search
+    "auto.parallel_bound": Share(0.85),
+    # an exact method's warm start by the heuristic, when the no-recomputation plan does not fit
+    "method.warm_start": Share(0.2),
+    # --pareto: the first point (least peak at cost 0), then each later question
+    "pareto.first": Share(0.3),
+    "pareto.point": Share(0.5),
+    # ---- heuristic.py
+    # the scheduler's starting order when the heuristic is given no incumbent
+    "heuristic.start_order": Share(0.3),
+    # the multi-start search, once a plan fits (the rest: the caller's next parts)
+    "heuristic.search": Share(0.6),
+    # the held-tensor moves' start (held_tensors.py), before the greedy and the search
+    "heuristic.held_tensors": Share(0.25),
+    # the search's first part: the greedy from other starting orders
+    "heuristic.orders": Share(0.25),
+    # the scheduler's time for one more starting order
+    "heuristic.schedule": Share(0.2, most=10.0),
+    # the least-overflow version of a starting order (order_search)
+    "heuristic.overflow": Share(0.25),
+    # the local search from a start found in the time the search left over
+    "heuristic.restart": Share(0.5),
+    # ---- cpsat.py
+    # the cost lower bound when the caller gave none (a quarter of CP-SAT's time)
+    "cpsat.bound": Share(0.25, of_total=True),
+    # the model restricted to the bound's cheapest hitting set: a quick incumbent
+    "cpsat.restrict": Share(0.1, most=20.0, of_total=True),
+    # the reduced-cost fixing of the caps (on the cores, then on the no-goods)
+    "cpsat.fix": Share(0.1, of_total=True),
+    # the implicit-hitting-set decomposition before the full model gets the rest
+    "cpsat.decompose": Share(0.5, of_total=True),
+    # the decomposition's no-good growing; the rest is kept for the master (a no-good the
+    # master never sees raises no bound)
+    "cpsat.grow": Share(0.9),
+    # the check of the master's own cap vector (at least CHECK_SECONDS): its answer decides the
+    # round, while a growth check that cannot answer only weakens the no-good
+    # (random_layered_n100 at 0.9: 4.4 s to prove that re-running op 68 alone does not fit)
+    "cpsat.main_check": Share(0.25),
+    # ---- lower_bounds.cost_lower_bound
+    # the trap cuts (§7) before the cores: a few cuts per op whose trap may exceed the limit
+    "bound.cuts": Share(0.25, of_total=True),
+    # after this share G_S^+ joins the oracle even if the forward trap of G_S alone still finds
+    # cores. 0 since the oracle got cheap (cached reachability, hinted traps): on
+    # random_layered_n250 G_S^+ from the start reached 824 at 60 s where a third of the time on
+    # G_S alone reached 786 (G_S alone was once the faster oracle on the Checkmate graphs)
+    "bound.escalate": Share(0.0, of_total=True),
+    # one pair-trap question (seconds each), and one scheduler bound on a relaxed graph
+    "bound.pair_question": Share(0.05, of_total=True),
+    "bound.exact_question": Share(0.1, of_total=True),
+    # ---- treedp.py: the method's last-run bound before the search
+    "treedp.last_runs": Share(0.1, of_total=True),
+    # ---- feasibility.py: the last-run bound before the feasibility search
+    "feasibility.last_runs": Share(0.2, of_total=True),
+}
+
+
+def remat_clock(time_limit: float | None = None, clock: Clock | None = None) -> Clock:
+    """The clock a method (or bound) runs on: ``clock``'s deadline, started now (its shares
+    ``of_total`` count from the method's start, not the caller's), or without ``clock`` a new
+    clock of ``time_limit`` seconds with :data:`SHARES` (a method called on its own, not
+    through :func:`memopt.remat`).
+
+    Parameters
+    ----------
+    time_limit : float, optional
+        Seconds (already checked by the caller); ``None``: no limit (a very distant deadline).
+    clock : Clock, optional
+
+    Returns
+    -------
+    Clock
+
+    Examples
+    --------
+    >>> c = remat_clock(3)
+    >>> d = remat_clock(99, c)
+    >>> d.end == c.end and d.start >= c.start, c.shares is SHARES
+    (True, True)
+    """
+    if clock is not None:
+        return clock.part(1.0)
+    return Clock(1e9 if time_limit is None else float(time_limit), shares=SHARES)

@@ -1,0 +1,186 @@
+"""One clock per call: the shares table, the one time-limit check, deadlines passed down,
+the cost bound's child ended at the deadline, and honest bound reports."""
+
+from __future__ import annotations
+
+import math
+import pathlib
+import re
+
+import numpy as np
+import pytest
+
+import memopt
+from memopt.clock import Clock, Share, check_time_limit
+from memopt.errors import OptionError
+from memopt.remat import check_plan, remat
+from memopt.remat.model_common import RematProblem, plan_from_runs
+from memopt.remat.time_shares import SHARES, remat_clock
+from memopt.schedule.brute_force import random_tensor_graph
+from test_cost_bound_process import held_across_big_op   # under 12 bytes, one re-run of cost 5
+
+REMAT = pathlib.Path(memopt.__file__).parent / "remat"
+
+
+# ------------------------------------------------------------------ the one table of shares
+def test_the_shares_table_is_the_only_place_shares_live():
+    offenders = []
+    for path in sorted(REMAT.glob("*.py")):
+        if path.name == "time_shares.py":
+            continue
+        for k, line in enumerate(path.read_text().splitlines(), 1):
+            if re.match(r"\s*[A-Z_]*(_SHARE|_RESERVE)\s*=", line):
+                offenders.append(f"{path.name}:{k}: {line.strip()}")
+    assert offenders == []
+
+
+@pytest.mark.parametrize("name", ["api.py", "heuristic.py", "cpsat.py", "lower_bounds.py"])
+def test_no_literal_fraction_of_a_time_left(name):
+    # a literal fraction times a time (``0.25 * time_limit``, ``0.1 * self.left()``) is a share
+    # outside the table
+    text = (REMAT / name).read_text()
+    assert re.findall(r"[^\w.]0\.\d+ \* [\w(]", text) == []
+
+
+def test_every_share_is_a_fraction_in_0_1_and_every_share_used_is_in_the_table():
+    assert all(isinstance(s, Share) and 0 <= s.fraction <= 1 and (s.most is None or s.most > 0)
+               for s in SHARES.values())
+    used = set()
+    for path in REMAT.glob("*.py"):
+        used |= set(re.findall(r"(?:child|seconds)\(\"([a-z_]+\.[a-z_]+)\"\)", path.read_text()))
+    assert used and used <= set(SHARES)
+
+
+# ------------------------------------------------------------------ the clock
+def test_a_child_never_ends_after_its_parent():
+    c = Clock(10.0, shares={"all": Share(1.0), "long": Share(0.5, most=1e9), "total": Share(2.0, of_total=True)})
+    for name in ("all", "long", "total"):
+        assert c.child(name).end <= c.end
+    assert c.child("long").left() <= 5.0
+    assert c.part(3.0).end <= c.end and c.until(c.end + 100).end == c.end
+
+
+def test_an_expired_clock_has_nothing_left_and_neither_have_its_children():
+    c = remat_clock(0)
+    assert c.expired() and c.left() == 0.0
+    assert all(c.child(name).left() == 0.0 for name in SHARES)
+
+
+def test_a_methods_shares_of_its_whole_time_count_from_its_own_start():
+    import time
+
+    # the call's clock started 800 s ago and has 200 s left: CP-SAT, started now, gets half
+    # of its 200 s for the decomposition, not half of the call's 1000 s (long gone)
+    call = Clock(1000, shares=SHARES, now=time.perf_counter() - 800)
+    assert call.child("cpsat.decompose").left() == 0.0
+    assert 50 < remat_clock(None, call).child("cpsat.decompose").left() <= 100
+
+
+# ------------------------------------------------------------------ one time-limit check
+@pytest.mark.parametrize("value", [math.inf, math.nan, -1, True, "soon", None, 1e7])
+def test_one_time_limit_check_for_the_whole_library(value):
+    with pytest.raises(OptionError, match="--time-limit"):
+        check_time_limit(value, "--time-limit")
+    g = held_across_big_op()
+    with pytest.raises(OptionError, match="time limit"):
+        remat(g, memory_limit=11, time_limit=value)
+    with pytest.raises(OptionError, match="time limit"):
+        memopt.schedule(g, time_limit=value)
+
+
+def test_the_cli_and_the_cache_use_the_same_check():
+    from memopt.cache.offline import check_time_limit as cache_check
+    from memopt.cli._options import seconds
+
+    with pytest.raises(OptionError, match="--time-limit must be a finite number of seconds"):
+        seconds(math.nan, "--time-limit")
+    with pytest.raises(OptionError, match="time_limit must be > 0 seconds"):
+        cache_check(0)
+    assert seconds(0, "--time-limit") == 0.0 and cache_check(2) == 2.0
+
+
+# ------------------------------------------------------------------ time limit 0 and deadlines passed down
+def test_time_limit_0_returns_the_no_recomputation_plan_with_the_reason():
+    g = held_across_big_op()
+    r = remat(g, memory_limit=11, cap=1, time_limit=0)
+    assert r.status == "unknown" and r.plan is not None and r.peak > 11
+    assert r.stats["reason"].startswith("time out before any plan within the limit")
+    check_plan(g, r.plan, cap=1, claimed_peak=r.peak, claimed_extra_cost=r.extra_cost)
+
+
+def test_time_limit_0_answers_what_needs_no_search():
+    g = held_across_big_op()
+    assert remat(g, memory_limit=12, cap=1, time_limit=0).status == "optimal"   # no re-run needed
+    assert remat(g, memory_limit=5, cap=1, time_limit=0).status == "infeasible"  # below the footprint
+
+
+def test_a_plan_found_is_returned_and_unknown_comes_with_the_parts_that_ran():
+    g = held_across_big_op()
+    r = remat(g, memory_limit=11, cap=1, time_limit=10, jobs=1)
+    assert r.status == "optimal" and r.extra_cost == 5
+    assert all({"status", "seconds"} <= set(v) for v in r.stats["parts"].values())
+
+
+@pytest.mark.parametrize("method", ["heuristic", "cpsat", "mip", "treedp"])
+def test_a_method_given_an_expired_clock_returns_at_once_with_its_incumbent(method):
+    from memopt.remat.registry import get_method
+
+    g = held_across_big_op()
+    p = RematProblem.of(g, 1)
+    start = plan_from_runs(p, [0, 1, 2, 3, 4])          # peak 12: above the limit 11
+    r = get_method(method).load()(g, question="min_cost", memory_limit=11, cap=1, time_limit=1000,
+                                  incumbent=None if method != "heuristic" else start, clock=remat_clock(0))
+    assert r.status in ("unknown", "feasible", "infeasible") or r.status == "optimal" and r.extra_cost == 5
+    if method == "heuristic":
+        # no time to re-run anything: the start, above the limit
+        assert r.status == "unknown" and r.peak == 12
+
+
+def test_cpsat_given_an_expired_clock_keeps_its_incumbent_unproved():
+    from memopt.remat.cpsat import solve_cpsat
+    from memopt.remat.lower_bounds import CostBound
+
+    g = held_across_big_op()
+    p = RematProblem.of(g, 2)
+    inc = plan_from_runs(p, [0, 1, 0, 2, 3, 0, 4])      # re-runs A twice: cost 10, not the least 5
+    r = solve_cpsat(g, "min_cost", memory_limit=11, cap=2, incumbent=inc, cost_bound=CostBound(0, ()),
+                    clock=remat_clock(0), restrict=False)
+    assert (r.status, r.extra_cost) == ("feasible", 10)
+
+
+# ------------------------------------------------------------------ the child process
+def test_the_bound_child_is_gone_once_the_callers_deadline_passed():
+    from memopt.remat.cost_bound_process import CostBoundProcess
+
+    g = random_tensor_graph(np.random.default_rng(4), 40, max_size=30, edge_prob=0.3)
+    limit = int(memopt.schedule(g, time_limit=5).peak) * 7 // 10
+    bg = CostBoundProcess(g, limit, [2] * g.num_ops, time_limit=600)
+    proc = bg._proc
+    bg.result(stop=True, clock=remat_clock(0))       # the caller has no time left
+    assert proc.poll() is not None and bg.done()
+
+
+# ------------------------------------------------------------------ honest bounds
+def test_a_bound_without_cores_that_stopped_at_the_deadline_is_not_complete():
+    from memopt.remat.lower_bounds import CostBound, cost_lower_bound
+
+    assert not CostBound(0, ()).complete                  # a bound made by hand claims nothing
+    g = held_across_big_op()
+    cb = cost_lower_bound(g, 11, 1, clock=remat_clock(0))
+    assert cb.ended == "deadline" and not cb.complete and cb.value == 0 and cb.cores == ()
+    cb = cost_lower_bound(g, 11, 1, time_limit=30)
+    # proved by a trap cut (no core needed)
+    assert cb.complete and cb.ended in ("fixpoint", "stop_at") and cb.value == 5 and (cb.cores or cb.cuts)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_complete_means_a_fixpoint_or_a_met_target(seed):
+    from memopt.remat.lower_bounds import cost_lower_bound
+
+    g = random_tensor_graph(np.random.default_rng(seed), 10, max_size=30, edge_prob=0.3)
+    p0 = int(memopt.schedule(g, time_limit=10).peak)
+    for tl in (0, 5):
+        cb = cost_lower_bound(g, p0 * 4 // 5, 1, time_limit=tl)
+        assert cb.complete == (cb.ended in ("fixpoint", "stop_at", "infeasible"))
+        if tl == 0:
+            assert not cb.complete or cb.ended != "deadline"
