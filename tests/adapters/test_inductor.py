@@ -212,3 +212,38 @@ def test_attribute_estimate_on_a_known_timeline():
                            inductor_timeline=timeline, _src=cap._src)
     with pytest.raises(InternalError):
         inductor.attribute_estimate(bad)
+
+
+# --------------------------------------------------------------------- the torch.compile pass and the FX-graph cache
+def test_scheduler_pass_pickles_as_its_options_with_a_stable_option_dependent_uuid():
+    import pickle
+
+    p = inductor.MemoptSchedulerPass(time_limit=2, method="auto")
+    p.last = (3, 2, 1, "optimal")  # run state: not part of the pickled state, nor of the uuid
+    q = pickle.loads(pickle.dumps(p))
+    assert type(q) is type(p) and q == p and q.last is None
+    assert pickle.dumps(p) == pickle.dumps(inductor.MemoptSchedulerPass(time_limit=2.0))
+    assert q.uuid() == p.uuid() == inductor.MemoptSchedulerPass(2).uuid()
+    assert len({p.uuid(), inductor.MemoptSchedulerPass(3).uuid(), inductor.MemoptSchedulerPass(2, "input").uuid()}) == 3
+
+
+def test_second_compile_with_the_pass_hits_the_fx_graph_cache():
+    from torch._dynamo.utils import counters
+
+    torch.manual_seed(0)
+    model = Branching().eval()
+    inputs = (torch.randn(4, 32), torch.randn(1, 64, 16, 16))
+    options = dict(inductor.compile_path_options(time_limit=1), fx_graph_cache=True)
+
+    def compile_once():
+        torch._dynamo.reset()
+        before = dict(counters["inductor"])
+        with torch.no_grad():
+            out = torch.compile(model, backend="inductor", options=options)(*inputs)
+        return out, {k: counters["inductor"][k] - before.get(k, 0) for k in ("fxgraph_cache_hit", "fxgraph_cache_bypass")}
+
+    first, first_counts = compile_once()
+    assert first_counts["fxgraph_cache_bypass"] == 0  # the key pickles (no "Failed to pickle cache key")
+    second, second_counts = compile_once()
+    assert second_counts == {"fxgraph_cache_hit": 1, "fxgraph_cache_bypass": 0}
+    assert torch.equal(first, second)
