@@ -247,3 +247,21 @@ def test_second_compile_with_the_pass_hits_the_fx_graph_cache():
     second, second_counts = compile_once()
     assert second_counts == {"fxgraph_cache_hit": 1, "fxgraph_cache_bypass": 0}
     assert torch.equal(first, second)
+
+
+def test_capture_without_measuring_is_the_model_without_transients(case):
+    model, inputs, measured_cap, _ = case
+    cap = inductor.capture(model, *inputs, measure=False)
+    assert not cap.transients_measured and measured_cap.transients_measured
+    assert set(cap.seconds) == {"compile", "run", "model"}
+    assert {"compile", "warm-up run", "profiled run", "model"} == set(measured_cap.seconds)
+    # the same statements, buffers and dependencies; only the (unknown) transients are 0
+    assert [(s.allocs, s.frees, s.reads, s.writes, s.payload) for s in cap.program.statements] == \
+           [(s.allocs, s.frees, s.reads, s.writes, s.payload) for s in measured_cap.program.statements]
+    assert all(s.transient == 0 for s in cap.program.statements)
+    assert cap.program.peak() == inductor.without_transients(measured_cap.program).peak() < measured_cap.program.peak()
+    # optimize orders by that model and still measures both orders; outputs stay bitwise equal
+    report = inductor.optimize_capture(cap, time_limit=2)
+    assert not report.transients_measured and report.row()["transients_measured"] is False
+    assert report.bitwise_equal and report.modelled_peak <= report.modelled_peak_stock == cap.program.peak()
+    assert report.measured_peak_stock == measured_cap.program.peak()

@@ -26,6 +26,10 @@ class Capture:
     emitted (``None`` if unreachable, e.g. an FX-graph cache hit) and ``inductor_timeline`` the
     buffer lifetimes behind it (see :func:`attribute_estimate`); ``mismatches`` statements
     whose measured net allocation disagreed with the model (empty when the model is exact).
+    ``transients_measured``: ``False`` for a capture with ``measure=False`` (every transient
+    is 0 because it is unknown, and net allocations were not checked); ``seconds`` the time
+    of each phase of the capture (``compile``: compilation and the first call; then
+    ``warm-up run``, ``profiled run`` or ``run``, ``model``).
     """
 
     program: Program
@@ -35,6 +39,8 @@ class Capture:
     mismatches: list = field(default_factory=list)
     inductor_timeline: InductorTimeline | None = None
     _src: Any = None
+    transients_measured: bool = True
+    seconds: dict = field(default_factory=dict)
 
     def source_for(self, order: Sequence[int] | None = None) -> str:
         """The wrapper source with ``call``'s body statements in ``order`` (statement ids)."""
@@ -144,38 +150,74 @@ def _record_call_args(box: list):
         CompiledFxGraph.__call__ = orig
 
 
-def capture(fn: Callable, *example_inputs, **compile_options) -> Capture:
-    """Compile ``fn`` with Inductor on CPU (``torch.compile(fn, backend="inductor",
-    options=compile_options)``, no grad) and capture the generated wrapper as a memopt
-    statement program with measured transients. Resets dynamo first (``run_and_get_code``
-    does) and bypasses the FX-graph cache so that Inductor's own peak estimate is computed.
+def capture(fn: Callable, *example_inputs, measure: bool = True, **compile_options) -> Capture:
+    """Compile ``fn`` with Inductor on CPU and capture the generated wrapper as a memopt
+    statement program.
 
-    Raises :class:`InductorCaptureError` if the function compiles to more than one graph
-    (graph breaks) or the wrapper is not a straight-line Python ``call``."""
+    ``torch.compile(fn, backend="inductor", options=compile_options)`` runs once, no grad;
+    dynamo is reset first (``run_and_get_code`` does) and the FX-graph cache is bypassed so
+    that Inductor's own peak estimate is computed. The wrapper is then run once statement by
+    statement on a copy of the inputs to learn the storage each name binds.
+
+    Parameters
+    ----------
+    fn : callable
+        A module or function; one graph, no graph breaks.
+    *example_inputs
+        Its inputs (tensors).
+    measure : bool
+        ``True``: a warm-up run, then the statement-by-statement run under the CPU memory
+        profiler, which measures every statement's transient and checks the model's net
+        allocation per statement. ``False``: no profiler and no warm-up, every transient is 0
+        (unknown; ``Capture.transients_measured`` is ``False``): the program is the model of
+        the buffers alone, for a caller that only orders by it.
+    **compile_options
+        Inductor options (e.g. :func:`compile_path_options`).
+
+    Returns
+    -------
+    Capture
+        With ``seconds`` per phase.
+
+    Raises
+    ------
+    InductorCaptureError
+        If the function compiles to more than one graph (graph breaks) or the wrapper is not
+        a straight-line Python ``call``.
+
+    Examples
+    --------
+    >>> cap = capture(model, x, measure=False)        # doctest: +SKIP
+    >>> cap.transients_measured, sorted(cap.seconds)  # doctest: +SKIP
+    (False, ['compile', 'model', 'run'])
+    """
+    import time
+
     torch = _torch()
     from torch._inductor.utils import run_and_get_code
 
     options = {"fx_graph_cache": False}
     options.update(compile_options)
     estimate: list = []
+    args_box: list = []
+    t0 = time.perf_counter()
     compiled = torch.compile(fn, backend="inductor", options=options)
-    with torch.no_grad(), _record_inductor_estimate(estimate):
+    with torch.no_grad(), _record_inductor_estimate(estimate), _record_call_args(args_box):
         _, codes = run_and_get_code(compiled, *example_inputs)
+    seconds = {"compile": time.perf_counter() - t0}
     codes = [c for c in codes if "def call(" in c]
     if len(codes) != 1:
         raise InductorCaptureError(f"{getattr(fn, '__name__', type(fn).__name__)} compiled to {len(codes)} "
                                    "wrapper programs (graph breaks?); memopt captures exactly one")
     source = codes[0]
-    args_box: list = []
-    with torch.no_grad(), _record_call_args(args_box):
-        compiled(*example_inputs)
     if len(args_box) != 1:
         raise InductorCaptureError(f"expected one call of the compiled graph, saw {len(args_box)}")
     args = args_box[0]
-    program, mismatches = _build_program(source, _clone_args(args), name=getattr(fn, "__name__", type(fn).__name__))
+    program, mismatches = _build_program(source, _clone_args(args), name=getattr(fn, "__name__", type(fn).__name__),
+                                         measure=measure, seconds=seconds)
     est, timeline = estimate[-1] if estimate else (None, None)
     return Capture(program=program, source=source, args=args, inductor_estimate=est, mismatches=mismatches,
-                   inductor_timeline=timeline, _src=_split(source))
+                   inductor_timeline=timeline, _src=_split(source), transients_measured=measure, seconds=seconds)
 
 
 def _aot_kind(code: str) -> str:

@@ -34,6 +34,7 @@ class OptimizeReport:
     estimate_differences: list = field(default_factory=list)  # attribute_estimate(capture): estimate -> stock peak
     call: Callable = None  # runs the optimized program: call(args list) -> outputs
     source: str = ""
+    transients_measured: bool = True  # False: a measure=False capture, ordered by the model without transients
 
     def __call__(self, *inputs):
         """Run the optimized program on ``inputs`` in the captured argument order (default:
@@ -42,7 +43,7 @@ class OptimizeReport:
 
     def row(self) -> dict:
         keys = ("inductor_estimate", "stock_peak_without_transients", "modelled_peak_stock", "modelled_peak", "lower_bound", "status",
-                "measured_peak_stock", "measured_peak", "bitwise_equal", "seconds")
+                "measured_peak_stock", "measured_peak", "bitwise_equal", "seconds", "transients_measured")
         return {k: getattr(self, k) for k in keys}
 
 
@@ -98,7 +99,7 @@ def optimize_capture(cap: Capture, *, time_limit: float = 10.0, method: str = "a
         bitwise_equal=_bitwise_equal(out_stock, out, torch), order=order, seconds=seconds, capture=cap,
         call=_inference(opt_call), source=cap.source_for(order),
         stock_peak_without_transients=without_transients(program).peak(),
-        estimate_differences=attribute_estimate(cap))
+        estimate_differences=attribute_estimate(cap), transients_measured=cap.transients_measured)
 
 
 def _inference(call: Callable) -> Callable:

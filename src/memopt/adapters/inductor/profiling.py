@@ -5,6 +5,7 @@ transients)."""
 from __future__ import annotations
 
 import ast
+import contextlib
 from typing import Any, Callable
 
 from memopt.adapters.inductor.wrapper import InductorCaptureError, _kernel_signatures, _names, _split, _torch, _written_names
@@ -60,6 +61,7 @@ def measure_peak(fn: Callable[[], Any]) -> tuple[int, Any]:
     start = events[0][2] - events[0][1]
     return max(0, max(t for _, _, t in events) - start), result
 
+
 def _storages(value, torch) -> list:
     """``(key, nbytes)`` of every tensor storage a value holds (tensor, tuple/list of them)."""
     if isinstance(value, torch.Tensor):
@@ -71,7 +73,13 @@ def _storages(value, torch) -> list:
     return []
 
 
-def _build_program(source: str, args: list, name: str = "") -> tuple[Program, list]:
+def _build_program(source: str, args: list, name: str = "", measure: bool = True,
+                   seconds: dict | None = None) -> tuple[Program, list]:
+    """The wrapper ``source`` as a statement program, from one statement-by-statement run on
+    ``args`` (which learns the storages every name binds). ``measure``: a warm-up run first,
+    then the run under the CPU memory profiler, which measures each statement's transient and
+    checks its net allocation against the model (the mismatches are returned); otherwise no
+    profiler and every transient is 0. ``seconds`` (if given) receives the time of each phase."""
     torch = _torch()
     from torch._inductor.codecache import PyCodeCache
 
@@ -103,14 +111,16 @@ def _build_program(source: str, args: list, name: str = "") -> tuple[Program, li
         refs[a] = [sid_of[k] for k, _ in _storages(ns.get(a), torch)]
 
     effects = []  # per statement: dict of sets
-    # run once to warm up library caches, then once more under the profiler, statement by statement
-    warm = dict(ns)
-    warm[src.args_name] = list(args)
-    with torch.no_grad():
-        for c in codes:
-            exec(c, warm)  # noqa: S102
-    del warm
-    with torch.no_grad(), _profile() as prof:
+    clock = _Clock(seconds)
+    if measure:  # warm up library caches (primitive caches, lazy inits) before the measured run
+        warm = dict(ns)
+        warm[src.args_name] = list(args)
+        with torch.no_grad():
+            for c in codes:
+                exec(c, warm)  # noqa: S102
+        del warm
+        clock.lap("warm-up run")
+    with torch.no_grad(), (_profile() if measure else contextlib.nullcontext()) as prof:
         for i, (s, c) in enumerate(zip(src.body, codes)):
             loaded = set(_names(s, local, ast.Load))
             stored = [n.id for n in ast.walk(s) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)]
@@ -142,7 +152,8 @@ def _build_program(source: str, args: list, name: str = "") -> tuple[Program, li
             alive = {sid for nm in local if nm in ns for k, _ in _storages(ns[nm], torch) for sid in [sid_of.get(k)]}
             for key in [k for k, sid in sid_of.items() if sid not in alive and sid not in external]:
                 del sid_of[key]
-    events = _alloc_events(prof)
+    clock.lap("profiled run" if measure else "run")
+    events = _alloc_events(prof) if measure else []
 
     # measured net allocation and in-statement peak, per statement
     net = [0] * len(codes)
@@ -209,12 +220,30 @@ def _build_program(source: str, args: list, name: str = "") -> tuple[Program, li
         writes -= {b for b, _ in allocs} | freed_storage
         reads -= writes
         delta = sum(z for _, z in allocs) - sum(size_of[int(b[2:])] for b in freed_storage)
-        if net[i] != delta:
+        if measure and net[i] != delta:
             mismatches.append((i, text, delta, net[i]))
         # memory while the statement runs = before + delta + transient = before + high
         transient = max(0, high[i] - delta) if high[i] > 0 else 0
         stmts.append(Statement(f"s{i}", allocs=tuple(allocs), frees=tuple(frees), reads=tuple(sorted(reads)),
                                writes=tuple(sorted(writes)), transient=int(transient), payload=text))
     program = Program(stmts, inputs={f"n:{a}": 0 for a in arg_names}, name=name)
+    clock.lap("model")
     return program, mismatches
+
+
+class _Clock:
+    """Adds the seconds since the last lap to ``seconds[phase]`` (no-op without a dict)."""
+
+    def __init__(self, seconds: dict | None):
+        import time
+
+        self._now = time.perf_counter
+        self.seconds = seconds
+        self.t = self._now()
+
+    def lap(self, phase: str) -> None:
+        t = self._now()
+        if self.seconds is not None:
+            self.seconds[phase] = self.seconds.get(phase, 0.0) + t - self.t
+        self.t = t
 
