@@ -266,6 +266,41 @@ def test_reorder_refuses_to_overwrite_its_input(files):
         adapter.reorder(files["diamond"], files["diamond"], measure_runs=False)
 
 
+# ------------------------------------------------------------------------ onnxruntime's default options
+def test_never_worse_under_onnxruntime_defaults(files, reports):
+    for name, rep in reports.items():
+        assert "memory pattern on, memory reuse on" in rep.default_settings, name
+        assert rep.default_after <= rep.default_before and rep.default_held_after <= rep.default_held_before, name
+        assert rep.default_bitwise_equal, name
+        if rep.kept_original_for_defaults:  # the input itself was written
+            assert open(rep.output, "rb").read() == open(files[name], "rb").read(), name
+        else:
+            assert (rep.default_after, rep.default_held_after) == (rep.default_reordered, rep.default_held_reordered)
+
+
+def test_default_mode_measurement_is_deterministic_and_follows_the_settings(files):
+    from memopt.adapters.onnx_defaults import RuntimeSettings, measure_defaults
+
+    model = onnx.load(files["inception"])
+    one = RuntimeSettings(threads=1)
+    a, b = measure_defaults(model, one), measure_defaults(model, one, runs=4)
+    assert a.peak == b.peak > 0 and a.held == b.held >= a.peak  # a run's outputs are released before the next
+    assert "graph optimization basic, intra-op threads 1" in measure_defaults(
+        model, RuntimeSettings(optimization_level="basic", threads=1)).settings
+
+
+@pytest.mark.parametrize("flag,value,pattern", [
+    ("--threads", "-1", "--threads must be"), ("--threads", "two", "--threads must be a whole number"),
+    ("--optimization-level", "max", "--optimization-level must be one of"),
+    ("--provider", "NoSuchExecutionProvider", "is not available"),
+])
+def test_cli_runtime_settings_are_validated(files, tmp_path, capsys, flag, value, pattern):
+    assert main(["onnx", "reorder", str(files["diamond"]), "-o", str(tmp_path / "o.onnx"), flag, value]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("memopt: error:") and pattern in err and err.count("\n") == 1
+    assert not (tmp_path / "o.onnx").exists()
+
+
 # ------------------------------------------------------------------------------------------ CLI
 def test_cli_reorder_json(files, tmp_path, capsys):
     out = tmp_path / "o.onnx"
@@ -275,14 +310,19 @@ def test_cli_reorder_json(files, tmp_path, capsys):
                 "bitwise_equal"):
         assert key in doc
     assert doc["bitwise_equal"] is True and doc["measured_after"] < doc["measured_before"]
+    assert doc["default_after"] <= doc["default_before"] and "memory pattern on" in doc["default_settings"]
     onnx.checker.check_model(onnx.load(out), full_check=True)
 
 
 def test_cli_reorder_text(files, tmp_path, capsys):
     assert main(["onnx", "reorder", str(files["diamond"]), "-o", str(tmp_path / "o.onnx")]) == 0
     text = capsys.readouterr().out
-    for key in ("peak_before", "peak_after", "lower_bound", "measured_before", "measured_after", "bitwise_equal"):
+    for key in ("peak_before", "peak_after", "lower_bound", "measured_before", "measured_after", "bitwise_equal",
+                "default_before", "default_after"):
         assert key in text
+    # which onnxruntime settings each measurement ran under
+    assert "exact mode (CPU arena on, memory pattern and buffer reuse off" in text
+    assert "default_*: CPUExecutionProvider, graph optimization all, intra-op threads default" in text
 
 
 def test_cli_import_writes_a_memopt_graph(files, tmp_path, capsys):
