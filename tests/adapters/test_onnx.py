@@ -278,6 +278,17 @@ def test_never_worse_under_onnxruntime_defaults(files, reports):
             assert (rep.default_after, rep.default_held_after) == (rep.default_reordered, rep.default_held_reordered)
 
 
+def test_an_order_worse_under_the_defaults_is_not_written(tmp_path, capsys):
+    onnx.save(M.random_branches(3), tmp_path / "r.onnx")
+    rep = adapter.reorder(tmp_path / "r.onnx", tmp_path / "o.onnx", time_limit=2)
+    # lower in exact mode, higher under the defaults: the input is written unchanged
+    assert rep.measured_after < rep.measured_before and rep.bitwise_equal
+    assert rep.kept_original_for_defaults and rep.default_reordered > rep.default_before == rep.default_after
+    assert (tmp_path / "o.onnx").read_bytes() == (tmp_path / "r.onnx").read_bytes()
+    assert main(["onnx", "reorder", str(tmp_path / "r.onnx"), "-o", str(tmp_path / "o2.onnx"), "--time-limit", "2"]) == 0
+    assert "the input written unchanged: memopt's order was above it under the defaults" in capsys.readouterr().out
+
+
 def test_default_mode_measurement_is_deterministic_and_follows_the_settings(files):
     from memopt.adapters.onnx_defaults import RuntimeSettings, measure_defaults
 
