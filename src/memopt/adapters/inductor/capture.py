@@ -29,7 +29,7 @@ class Capture:
     ``transients_measured``: ``False`` for a capture with ``measure=False`` (every transient
     is 0 because it is unknown, and net allocations were not checked); ``seconds`` the time
     of each phase of the capture (``compile``: compilation and the first call; then
-    ``warm-up run``, ``profiled run`` or ``run``, ``model``).
+    ``load wrapper``, ``warm-up run``, ``profiled run`` or ``run``, ``model``).
     """
 
     program: Program
@@ -189,7 +189,7 @@ def capture(fn: Callable, *example_inputs, measure: bool = True, **compile_optio
     --------
     >>> cap = capture(model, x, measure=False)        # doctest: +SKIP
     >>> cap.transients_measured, sorted(cap.seconds)  # doctest: +SKIP
-    (False, ['compile', 'model', 'run'])
+    (False, ['compile', 'load wrapper', 'model', 'run'])
     """
     import time
 

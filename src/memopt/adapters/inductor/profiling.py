@@ -83,6 +83,7 @@ def _build_program(source: str, args: list, name: str = "", measure: bool = True
     torch = _torch()
     from torch._inductor.codecache import PyCodeCache
 
+    clock = _Clock(seconds)
     src = _split(source)
     mod = PyCodeCache.load(source)
     kernels = _kernel_signatures(source)
@@ -111,7 +112,7 @@ def _build_program(source: str, args: list, name: str = "", measure: bool = True
         refs[a] = [sid_of[k] for k, _ in _storages(ns.get(a), torch)]
 
     effects = []  # per statement: dict of sets
-    clock = _Clock(seconds)
+    clock.lap("load wrapper")
     if measure:  # warm up library caches (primitive caches, lazy inits) before the measured run
         warm = dict(ns)
         warm[src.args_name] = list(args)
