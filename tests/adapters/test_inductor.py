@@ -265,3 +265,19 @@ def test_capture_without_measuring_is_the_model_without_transients(case):
     assert not report.transients_measured and report.row()["transients_measured"] is False
     assert report.bitwise_equal and report.modelled_peak <= report.modelled_peak_stock == cap.program.peak()
     assert report.measured_peak_stock == measured_cap.program.peak()
+
+
+def test_statement_texts_are_the_parser_segments_with_unicode_and_form_feeds():
+    import ast
+
+    from memopt.adapters.inductor import wrapper
+
+    source = ("K = '''\x0c a kernel's source\n\x0c'''\n\ndef call(args):\n    x, = args\n    args.clear()\n"
+              "    # the comment above y\n    y = 'é\x0c' + \"ü\"; z = (1,\n        2)\n    del x  # trailing\n"
+              "    return (y,)\n")
+    lines = wrapper._source_lines(source)
+    assert "".join(lines) == source
+    nodes = [n for n in ast.walk(ast.parse(source)) if getattr(n, "end_col_offset", None) is not None]
+    assert [wrapper._segment(lines, n) for n in nodes] == [ast.get_source_segment(source, n) for n in nodes]
+    assert inductor._split(source).texts == ["# the comment above y\ny = 'é\x0c' + \"ü\"", "z = (1,\n        2)",
+                                             "del x  # trailing"]

@@ -4,6 +4,8 @@ statement writes (from the callee's signature)."""
 from __future__ import annotations
 
 import ast
+import functools
+import re
 import textwrap
 from dataclasses import dataclass
 
@@ -35,7 +37,35 @@ class _Src:
     args_name: str
 
 
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n|$)")
+
+
+def _source_lines(source: str) -> list[str]:
+    """``source``'s lines with their ends, split as the parser counts lines (``\\n``,
+    ``\\r\\n``, ``\\r`` only; ``str.splitlines`` also splits at form feeds and others)."""
+    out, pos = [], 0
+    while pos < len(source):
+        m = _LINE.match(source, pos)
+        out.append(m.group())
+        pos = m.end()
+    return out
+
+
+def _segment(lines: list[str], node) -> str:
+    """``ast.get_source_segment`` on lines split once (it splits the whole source per call,
+    which is quadratic on a wrapper that embeds every kernel's C++ source). Offsets are UTF-8
+    byte offsets, as the parser gives them."""
+    first, last = node.lineno - 1, node.end_lineno - 1
+    if first == last:
+        return lines[first].encode()[node.col_offset:node.end_col_offset].decode()
+    return (lines[first].encode()[node.col_offset:].decode() + "".join(lines[first + 1:last])
+            + lines[last].encode()[:node.end_col_offset].decode())
+
+
+@functools.lru_cache(maxsize=4)
 def _split(source: str) -> _Src:
+    """The wrapper ``source`` split around ``call``'s body (cached: a capture splits its
+    source more than once; the result is never mutated)."""
     tree = ast.parse(source)
     call = None
     for node in ast.walk(tree):
@@ -64,7 +94,7 @@ def _split(source: str) -> _Src:
         for n in ast.walk(s):
             if isinstance(n, (ast.Return, ast.Yield, ast.YieldFrom, ast.Global, ast.Nonlocal)):
                 raise InductorCaptureError(f"call() has control flow memopt does not reorder: line {n.lineno}")
-    lines = source.splitlines(keepends=True)
+    lines = _source_lines(source)
     first = stmts[0] if stmts else ret
     indent = lines[first.lineno - 1][: first.col_offset]
     head_end = first.lineno - 1
@@ -73,7 +103,7 @@ def _split(source: str) -> _Src:
     head_end = min(head_end, prev_end)
     texts = []
     for s in stmts:
-        seg = ast.get_source_segment(source, s)
+        seg = _segment(lines, s)
         comments = []
         if s.col_offset == len(indent):  # starts its line: take the comment lines just above
             k = s.lineno - 2
