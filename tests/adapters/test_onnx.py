@@ -379,8 +379,11 @@ def test_nodes_onnxruntime_expands_cannot_be_measured_but_can_be_reordered(tmp_p
     assert "expanded or fused" in err and err.count("\n") == 1
     assert main(["onnx", "reorder", str(tmp_path / "hs.onnx"), "-o", out, "--no-measure", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["baseline"] == "file" and doc["measured_after"] is None
+    assert doc["baseline"] == "file" and doc["measured_after"] is None and doc["default_after"] is None
     onnx.checker.check_model(onnx.load(out), full_check=True)
+    # the default-mode measurement needs no node-by-node match: it runs on such models
+    rep = adapter.reorder(tmp_path / "hs.onnx", tmp_path / "d.onnx", measure_runs=False, defaults=True)
+    assert rep.measured_after is None and 0 < rep.default_after <= rep.default_before and rep.default_bitwise_equal
 
 
 # ------------------------------------------------------------------------------ convolution scratch
