@@ -2,6 +2,7 @@
 
     python benchmarks/adapters_table.py [--time-limit 1] [--no-training | --training-models M ...] [--no-onnx]
                                         [--json FILE] [MODEL...]
+    python benchmarks/adapters_table.py --zoo real [--time-limit 1] [--json FILE] [MODEL...]
 
 Sections (bytes; "stock" is what the compiler or runtime does by itself, "memopt" the same
 program in memopt's order, "measured" taken at the allocator, see docs/adapters.md):
@@ -18,6 +19,12 @@ program in memopt's order, "measured" taken at the allocator, see docs/adapters.
    in every run, certified optimal on >= 90 % of the programs each in < 1 s of scheduling,
    memopt's measured peak lower than stock on branching networks and higher on none, and no
    unattributed estimate difference.
+
+``--zoo real`` runs section 3 on :mod:`memopt.zoo.real` (exported as
+``benchmarks/real_corpus.py`` does), with each model's peaks under onnxruntime's default
+session options too, and checks the ONNX targets; the Inductor sections stay on the minis
+(capturing a real model costs minutes per compile; ``benchmarks/inductor_capture_cost.py``
+measures one).
 
 The rows come from the two per-adapter benchmarks (``adapters_inductor.inductor_rows``,
 ``adapters_onnx.onnx_rows``); this script only lays them out and checks the targets.
@@ -37,6 +44,9 @@ INDUCTOR_COLS = ["model", "family", "stmts", "inductor est.", "stock model", "st
                  "memopt measured", "lower bound", "certified", "sched s", "bitwise", "exact"]
 ONNX_COLS = ["model", "family", "ops", "workspaces", "ort modelled", "ort measured", "memopt modelled",
              "memopt measured", "lower bound", "certified", "seconds", "bitwise", "exact"]
+REAL_ONNX_COLS = ["model", "family", "ops", "resident", "ort measured", "memopt measured", "saved", "lower bound",
+                  "certified", "seconds", "bitwise", "exact", "default before", "default after", "default saved",
+                  "held before", "held after", "kept input"]
 PROVED = ("certified", "optimal")
 
 
@@ -47,6 +57,10 @@ def _certified(status: str) -> str:
 def _onnx_family(name: str) -> str:
     import _onnx_models as M
 
+    if name.startswith("real/"):
+        from memopt.zoo import real
+
+        return real.family(name[5:])
     if name.startswith("zoo/"):
         from memopt import zoo
 
@@ -107,6 +121,40 @@ def check_targets(inductor: list[dict], onnx: list[dict], time_limit: float) -> 
     return lines
 
 
+def real_zoo(names, time_limit: float, json_path: str | None) -> int:
+    """``--zoo real``: section 3 and the ONNX targets on :mod:`memopt.zoo.real`."""
+    from adapters_onnx import onnx_rows
+
+    t0 = time.perf_counter()
+    rows, notes = onnx_rows(time_limit=time_limit, zoo="real", names=names or None,
+                            progress=lambda row: print(f"[{time.perf_counter() - t0:7.1f} s] {row['model']}",
+                                                       file=sys.stderr, flush=True))
+    for r in rows:
+        r["family"] = _onnx_family(r["model"])
+        r["certified"] = _certified(r["status"])
+    print("## 3. ONNX in onnxruntime, memopt.zoo.real (exact mode: stock = onnxruntime's default order; "
+          "default mode: onnxruntime's default session options)\n")
+    print(_table(rows, REAL_ONNX_COLS))
+    for n in notes:
+        print("note:", n)
+    print("\n## 5. Targets (ONNX)\n")
+    exact_rows = [r for r in rows if r["ort measured"] is not None]
+    print(f"(exact-mode targets on the {len(exact_rows)} models onnxruntime runs node by node)")
+    for line in check_targets([], exact_rows, time_limit)[:-1]:
+        print(line)
+    worse = [r["model"] for r in rows if r["default after"] > r["default before"] or r["held after"] > r["held before"]]
+    kept = [r["model"] for r in rows if r["kept input"] == "yes"]
+    print(f"{'FAIL' if worse else 'PASS'} under onnxruntime's defaults never worse than the input: "
+          + (", ".join(worse) if worse else "none worse")
+          + (f" (input written unchanged: {', '.join(kept)})" if kept else ""))
+    print(f"\n(total {time.perf_counter() - t0:.0f} s)")
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump({"onnx": [{k: (v.to_dict() if k == "report" else v) for k, v in r.items()} for r in rows],
+                       "notes": notes}, f, indent=1)
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("models", nargs="*", help="zoo models (default: all)")
@@ -116,7 +164,14 @@ def main(argv=None) -> int:
                     help="capture training steps of these zoo models only (default: the same models as inference)")
     ap.add_argument("--no-onnx", action="store_true")
     ap.add_argument("--json", metavar="FILE", help="also write every row as JSON")
+    ap.add_argument("--zoo", choices=["mini", "real"], default="mini",
+                    help="real: section 3 (ONNX) on memopt.zoo.real, with onnxruntime's default options")
     args = ap.parse_args(argv)
+    if args.zoo == "real":
+        from memopt._torchvision import allow_import
+
+        allow_import()
+        return real_zoo(args.models, args.time_limit, args.json)
 
     from adapters_inductor import attribution_lines, inductor_rows
 

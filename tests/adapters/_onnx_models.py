@@ -121,6 +121,28 @@ def diamond(width: int = 64, expand: int = 64, batch: int = 32):
     return b.model({"x": [batch, width]}, {"y": [batch, width]})
 
 
+def random_branches(seed: int, width: int = 16, batch: int = 8):
+    """A stem, 2-4 branches of 1-3 linear layers of random widths (1x-32x), a Concat and a
+    head. With seed 3, memopt's order holds less in exact mode but more under onnxruntime's
+    default options (whose default execution order it changes), as measured with
+    onnxruntime 1.32."""
+    rng = np.random.default_rng(seed)
+    b = _Builder(f"random_branches{seed}", seed)
+    stem = b.linear("x", width, width, prefix="s/")
+    outs = []
+    for k in range(int(rng.integers(2, 5))):
+        h, w = stem, width
+        for _ in range(int(rng.integers(1, 4))):
+            w2 = int(width * rng.choice([1, 2, 4, 8, 16, 32]))
+            h = b.linear(h, w, w2, prefix=f"b{k}/")
+            w = w2
+        outs.append((h, w))
+    cat = b.node("Concat", [o for o, _ in outs], name="join/concat", axis=1)
+    y = b.linear(cat, sum(n for _, n in outs), width, relu=False, prefix="head/")
+    b.rename_output(y, "y")
+    return b.model({"x": [batch, width]}, {"y": [batch, width]})
+
+
 def views_chain(width: int = 64):
     """A chain through view ops (Reshape, Flatten, Unsqueeze/Squeeze, Identity) and in-place
     activations, with a Constant node and two graph outputs, one of them a view."""

@@ -212,3 +212,72 @@ def test_attribute_estimate_on_a_known_timeline():
                            inductor_timeline=timeline, _src=cap._src)
     with pytest.raises(InternalError):
         inductor.attribute_estimate(bad)
+
+
+# --------------------------------------------------------------------- the torch.compile pass and the FX-graph cache
+def test_scheduler_pass_pickles_as_its_options_with_a_stable_option_dependent_uuid():
+    import pickle
+
+    p = inductor.MemoptSchedulerPass(time_limit=2, method="auto")
+    p.last = (3, 2, 1, "optimal")  # run state: not part of the pickled state, nor of the uuid
+    q = pickle.loads(pickle.dumps(p))
+    assert type(q) is type(p) and q == p and q.last is None
+    assert pickle.dumps(p) == pickle.dumps(inductor.MemoptSchedulerPass(time_limit=2.0))
+    assert q.uuid() == p.uuid() == inductor.MemoptSchedulerPass(2).uuid()
+    assert len({p.uuid(), inductor.MemoptSchedulerPass(3).uuid(), inductor.MemoptSchedulerPass(2, "input").uuid()}) == 3
+
+
+def test_second_compile_with_the_pass_hits_the_fx_graph_cache():
+    from torch._dynamo.utils import counters
+
+    torch.manual_seed(0)
+    model = Branching().eval()
+    inputs = (torch.randn(4, 32), torch.randn(1, 64, 16, 16))
+    options = dict(inductor.compile_path_options(time_limit=1), fx_graph_cache=True)
+
+    def compile_once():
+        torch._dynamo.reset()
+        before = dict(counters["inductor"])
+        with torch.no_grad():
+            out = torch.compile(model, backend="inductor", options=options)(*inputs)
+        return out, {k: counters["inductor"][k] - before.get(k, 0) for k in ("fxgraph_cache_hit", "fxgraph_cache_bypass")}
+
+    first, first_counts = compile_once()
+    assert first_counts["fxgraph_cache_bypass"] == 0  # the key pickles (no "Failed to pickle cache key")
+    second, second_counts = compile_once()
+    assert second_counts == {"fxgraph_cache_hit": 1, "fxgraph_cache_bypass": 0}
+    assert torch.equal(first, second)
+
+
+def test_capture_without_measuring_is_the_model_without_transients(case):
+    model, inputs, measured_cap, _ = case
+    cap = inductor.capture(model, *inputs, measure=False)
+    assert not cap.transients_measured and measured_cap.transients_measured
+    assert set(cap.seconds) == {"compile", "load wrapper", "run", "model"}
+    assert {"compile", "load wrapper", "warm-up run", "profiled run", "model"} == set(measured_cap.seconds)
+    # the same statements, buffers and dependencies; only the (unknown) transients are 0
+    assert [(s.allocs, s.frees, s.reads, s.writes, s.payload) for s in cap.program.statements] == \
+           [(s.allocs, s.frees, s.reads, s.writes, s.payload) for s in measured_cap.program.statements]
+    assert all(s.transient == 0 for s in cap.program.statements)
+    assert cap.program.peak() == inductor.without_transients(measured_cap.program).peak() < measured_cap.program.peak()
+    # optimize orders by that model and still measures both orders; outputs stay bitwise equal
+    report = inductor.optimize_capture(cap, time_limit=2)
+    assert not report.transients_measured and report.row()["transients_measured"] is False
+    assert report.bitwise_equal and report.modelled_peak <= report.modelled_peak_stock == cap.program.peak()
+    assert report.measured_peak_stock == measured_cap.program.peak()
+
+
+def test_statement_texts_are_the_parser_segments_with_unicode_and_form_feeds():
+    import ast
+
+    from memopt.adapters.inductor import wrapper
+
+    source = ("K = '''\x0c a kernel's source\n\x0c'''\n\ndef call(args):\n    x, = args\n    args.clear()\n"
+              "    # the comment above y\n    y = 'é\x0c' + \"ü\"; z = (1,\n        2)\n    del x  # trailing\n"
+              "    return (y,)\n")
+    lines = wrapper._source_lines(source)
+    assert "".join(lines) == source
+    nodes = [n for n in ast.walk(ast.parse(source)) if getattr(n, "end_col_offset", None) is not None]
+    assert [wrapper._segment(lines, n) for n in nodes] == [ast.get_source_segment(source, n) for n in nodes]
+    assert inductor._split(source).texts == ["# the comment above y\ny = 'é\x0c' + \"ü\"", "z = (1,\n        2)",
+                                             "del x  # trailing"]

@@ -266,6 +266,52 @@ def test_reorder_refuses_to_overwrite_its_input(files):
         adapter.reorder(files["diamond"], files["diamond"], measure_runs=False)
 
 
+# ------------------------------------------------------------------------ onnxruntime's default options
+def test_never_worse_under_onnxruntime_defaults(files, reports):
+    for name, rep in reports.items():
+        assert "memory pattern on, memory reuse on" in rep.default_settings, name
+        assert rep.default_after <= rep.default_before and rep.default_held_after <= rep.default_held_before, name
+        assert rep.default_bitwise_equal, name
+        if rep.kept_original_for_defaults:  # the input itself was written
+            assert open(rep.output, "rb").read() == open(files[name], "rb").read(), name
+        else:
+            assert (rep.default_after, rep.default_held_after) == (rep.default_reordered, rep.default_held_reordered)
+
+
+def test_an_order_worse_under_the_defaults_is_not_written(tmp_path, capsys):
+    onnx.save(M.random_branches(3), tmp_path / "r.onnx")
+    rep = adapter.reorder(tmp_path / "r.onnx", tmp_path / "o.onnx", time_limit=2)
+    # lower in exact mode, higher under the defaults: the input is written unchanged
+    assert rep.measured_after < rep.measured_before and rep.bitwise_equal
+    assert rep.kept_original_for_defaults and rep.default_reordered > rep.default_before == rep.default_after
+    assert (tmp_path / "o.onnx").read_bytes() == (tmp_path / "r.onnx").read_bytes()
+    assert main(["onnx", "reorder", str(tmp_path / "r.onnx"), "-o", str(tmp_path / "o2.onnx"), "--time-limit", "2"]) == 0
+    assert "the input written unchanged: memopt's order was above it under the defaults" in capsys.readouterr().out
+
+
+def test_default_mode_measurement_is_deterministic_and_follows_the_settings(files):
+    from memopt.adapters.onnx_defaults import RuntimeSettings, measure_defaults
+
+    model = onnx.load(files["inception"])
+    one = RuntimeSettings(threads=1)
+    a, b = measure_defaults(model, one), measure_defaults(model, one, runs=4)
+    assert a.peak == b.peak > 0 and a.held == b.held >= a.peak  # a run's outputs are released before the next
+    assert "graph optimization basic, intra-op threads 1" in measure_defaults(
+        model, RuntimeSettings(optimization_level="basic", threads=1)).settings
+
+
+@pytest.mark.parametrize("flag,value,pattern", [
+    ("--threads", "-1", "--threads must be"), ("--threads", "two", "--threads must be a whole number"),
+    ("--optimization-level", "max", "--optimization-level must be one of"),
+    ("--provider", "NoSuchExecutionProvider", "is not available"),
+])
+def test_cli_runtime_settings_are_validated(files, tmp_path, capsys, flag, value, pattern):
+    assert main(["onnx", "reorder", str(files["diamond"]), "-o", str(tmp_path / "o.onnx"), flag, value]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("memopt: error:") and pattern in err and err.count("\n") == 1
+    assert not (tmp_path / "o.onnx").exists()
+
+
 # ------------------------------------------------------------------------------------------ CLI
 def test_cli_reorder_json(files, tmp_path, capsys):
     out = tmp_path / "o.onnx"
@@ -275,14 +321,19 @@ def test_cli_reorder_json(files, tmp_path, capsys):
                 "bitwise_equal"):
         assert key in doc
     assert doc["bitwise_equal"] is True and doc["measured_after"] < doc["measured_before"]
+    assert doc["default_after"] <= doc["default_before"] and "memory pattern on" in doc["default_settings"]
     onnx.checker.check_model(onnx.load(out), full_check=True)
 
 
 def test_cli_reorder_text(files, tmp_path, capsys):
     assert main(["onnx", "reorder", str(files["diamond"]), "-o", str(tmp_path / "o.onnx")]) == 0
     text = capsys.readouterr().out
-    for key in ("peak_before", "peak_after", "lower_bound", "measured_before", "measured_after", "bitwise_equal"):
+    for key in ("peak_before", "peak_after", "lower_bound", "measured_before", "measured_after", "bitwise_equal",
+                "default_before", "default_after"):
         assert key in text
+    # which onnxruntime settings each measurement ran under
+    assert "exact mode (CPU arena on, memory pattern and buffer reuse off" in text
+    assert "default_*: CPUExecutionProvider, graph optimization all, intra-op threads default" in text
 
 
 def test_cli_import_writes_a_memopt_graph(files, tmp_path, capsys):
@@ -328,8 +379,11 @@ def test_nodes_onnxruntime_expands_cannot_be_measured_but_can_be_reordered(tmp_p
     assert "expanded or fused" in err and err.count("\n") == 1
     assert main(["onnx", "reorder", str(tmp_path / "hs.onnx"), "-o", out, "--no-measure", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["baseline"] == "file" and doc["measured_after"] is None
+    assert doc["baseline"] == "file" and doc["measured_after"] is None and doc["default_after"] is None
     onnx.checker.check_model(onnx.load(out), full_check=True)
+    # the default-mode measurement needs no node-by-node match: it runs on such models
+    rep = adapter.reorder(tmp_path / "hs.onnx", tmp_path / "d.onnx", measure_runs=False, defaults=True)
+    assert rep.measured_after is None and 0 < rep.default_after <= rep.default_before and rep.default_bitwise_equal
 
 
 # ------------------------------------------------------------------------------ convolution scratch

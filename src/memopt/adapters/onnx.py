@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -798,6 +799,17 @@ class ReorderReport:
     resident_bytes: int = 0              # graph inputs, initializers, constants: the same in every order
     workspace_nodes: int = 0             # nodes with a measured scratch workspace in the model
     order: tuple = field(repr=False, default=())
+    # onnxruntime's default session options (memopt.adapters.onnx_defaults): arena peak and reservation
+    # above the start of the first run, original model ("before") and written model ("after")
+    default_settings: str | None = None
+    default_before: int | None = None
+    default_after: int | None = None
+    default_held_before: int | None = None
+    default_held_after: int | None = None
+    default_reordered: int | None = None       # memopt's order under the defaults (written or not)
+    default_held_reordered: int | None = None
+    kept_original_for_defaults: bool = False   # memopt's order was worse under the defaults: the input was written
+    default_bitwise_equal: bool | None = None
 
     def to_dict(self) -> dict:
         d = {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -832,7 +844,7 @@ def write_order(model, mapping: OnnxMapping, op_order: Sequence[int], out_path: 
 
 
 def reorder(path, out_path, time_limit: float = 10.0, *, measure_runs: bool = True, method: str = "auto",
-            seed: int = 0, workspaces: bool | None = None) -> ReorderReport:
+            seed: int = 0, workspaces: bool | None = None, settings=None, defaults: bool | None = None) -> ReorderReport:
     """Schedule an ONNX model's nodes with memopt and write the reordered model to ``out_path``.
 
     The baseline ("before") is onnxruntime's default execution order when ``measure_runs``
@@ -843,14 +855,27 @@ def reorder(path, out_path, time_limit: float = 10.0, *, measure_runs: bool = Tr
     in onnxruntime (same inputs) and their measured peaks and outputs compared.
     ``workspaces`` (default: ``measure_runs``) measures the scratch of every ``SCRATCH_OPS``
     node first (:func:`node_workspaces`) and schedules with it as the op's workspace.
+
+    ``defaults`` (default: ``measure_runs``) also runs the input and the written model under
+    onnxruntime's default session options with ``settings`` (a
+    :class:`~memopt.adapters.onnx_defaults.RuntimeSettings`, whose ``threads`` the exact-mode
+    runs use too) and measures the arena's peak and reservation
+    (:func:`~memopt.adapters.onnx_defaults.measure_defaults`); if the reordered model is above
+    the input on either, the input file is written unchanged instead
+    (``kept_original_for_defaults``): the output is never worse under the defaults.
     """
+    from memopt.adapters.onnx_defaults import RuntimeSettings, measure_defaults
     import memopt
     from memopt.core import peak as model_peak
 
     path, out_path = os.fspath(path), os.fspath(out_path)
     if os.path.exists(out_path) and os.path.exists(path) and os.path.samefile(path, out_path):
         raise OptionError(f"output {out_path!r} is the input file; refusing to overwrite it")
-    ws = node_workspaces(path) if (measure_runs if workspaces is None else workspaces) else None
+    settings = settings or RuntimeSettings()
+    if measure_runs or defaults:
+        settings.validate()
+    threads = settings.threads or None
+    ws = node_workspaces(path, threads=threads) if (measure_runs if workspaces is None else workspaces) else None
     graph, mapping = load(path, workspaces=ws)
     if graph.num_ops == 0:
         raise FormatError(f"{path}: the model has no nodes to schedule")
@@ -860,7 +885,7 @@ def reorder(path, out_path, time_limit: float = 10.0, *, measure_runs: bool = Tr
     baseline_name = "file"
     base_order = file_order
     if measure_runs:
-        before = measure(model, mapping, order="default")
+        before = measure(model, mapping, order="default", threads=threads)
         base_order = mapping.op_order_from_nodes(before.order)
         if len(base_order) != graph.num_ops:
             raise OptionError(f"{path}: onnxruntime ran {len(before.order)} kernels for {graph.num_ops} nodes "
@@ -898,7 +923,7 @@ def reorder(path, out_path, time_limit: float = 10.0, *, measure_runs: bool = Tr
                resident_bytes=mapping.resident_bytes, workspace_nodes=len(mapping.workspace),
                order=tuple(mapping.node_names[mapping.op_node[v]] for v in order))
     if measure_runs:
-        after = measure(written, mapping, order="priority")
+        after = measure(written, mapping, order="priority", threads=threads)
         ws_before = [mapping.workspace.get(n, 0) for n in before.order]
         ws_after = [mapping.workspace.get(n, 0) for n in after.order]
         rep.update(measured_before=before.peak_with(ws_before), measured_after=after.peak_with(ws_after),
@@ -910,6 +935,17 @@ def reorder(path, out_path, time_limit: float = 10.0, *, measure_runs: bool = Tr
             rep[f"scratch_{tag}"] = m.arena_high_water - m.sampled_high_water
             rep[f"scratch_modelled_{tag}"] = m.scratch_matches(w)
             rep[f"exact_{tag}"] = eq and m.scratch_matches(w)
+    if measure_runs if defaults is None else defaults:
+        feeds = example_feeds(model)
+        d_before = measure_defaults(model, settings, feeds=feeds, where=path)
+        d_after = measure_defaults(written, settings, feeds=feeds, where=out_path)
+        rep.update(default_settings=d_before.settings, default_reordered=d_after.peak, default_held_reordered=d_after.held)
+        if not d_after.not_above(d_before):
+            shutil.copyfile(path, out_path)  # the input itself: exactly what the user had
+            d_after = d_before
+            rep["kept_original_for_defaults"] = True
+        rep.update(default_before=d_before.peak, default_after=d_after.peak, default_held_before=d_before.held,
+                   default_held_after=d_after.held, default_bitwise_equal=bitwise_equal(d_before.outputs, d_after.outputs))
     return ReorderReport(**rep)
 
 

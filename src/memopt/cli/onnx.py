@@ -2,7 +2,10 @@
 
 ``reorder`` writes a model whose node order is memopt's plan, runs the original (onnxruntime's
 default order) and the reordered model (the file's order) in onnxruntime, and prints the
-modelled and measured peaks and whether the outputs are bitwise identical. ``import`` writes
+modelled and measured peaks and whether the outputs are bitwise identical: in exact mode
+(every tensor its own buffer) and under onnxruntime's default session options (memory
+pattern and buffer reuse on, graph optimizations; ``--provider``, ``--optimization-level``,
+``--threads``), where the input is written unchanged if memopt's order would be worse. ``import`` writes
 the memopt-graph JSON of a model. onnx and onnxruntime are imported when a command runs.
 """
 
@@ -29,6 +32,14 @@ def register(sub) -> None:
                    help=f"scheduling time limit in seconds, 0 to {opt.MAX_SECONDS:.0e} (default 10)")
     r.add_argument("--no-measure", action="store_true",
                    help="do not run onnxruntime: the baseline is the file's order, no measured peaks")
+    r.add_argument("--provider", default="CPUExecutionProvider", metavar="NAME",
+                   help="onnxruntime execution provider of the default-mode runs (default CPUExecutionProvider; "
+                        "the exact-mode runs are CPU)")
+    r.add_argument("--optimization-level", default="all", metavar="LEVEL",
+                   help="graph optimization of the default-mode runs: disable, basic, extended or all "
+                        "(default all, onnxruntime's default)")
+    r.add_argument("--threads", default="0", metavar="N",
+                   help="intra-op threads of every run, 0 to 1024 (default 0: onnxruntime's default)")
     r.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
     r.set_defaults(func=cmd_reorder)
 
@@ -49,10 +60,15 @@ def _check_paths(args) -> None:
 def cmd_reorder(args) -> int:
     from memopt.adapters import onnx as adapter
 
+    from memopt.adapters.onnx_defaults import RuntimeSettings
+
     tl = opt.seconds(args.time_limit, "--time-limit")
+    settings = RuntimeSettings(provider=args.provider, optimization_level=args.optimization_level,
+                               threads=opt.whole(args.threads, "--threads", low=0, high=1024)).validate()
     _check_paths(args)
     with writing(args.output, "-o"):
-        rep = adapter.reorder(args.file, args.output, time_limit=tl, measure_runs=not args.no_measure)
+        rep = adapter.reorder(args.file, args.output, time_limit=tl, measure_runs=not args.no_measure,
+                              settings=settings)
     d = rep.to_dict()
     if args.json:
         write_json(d)
@@ -69,7 +85,20 @@ def cmd_reorder(args) -> int:
                  ["measured_after", fmt_bytes(rep.measured_after), "onnxruntime, file order, "
                   + _how(rep.kernels_equal_after, rep.scratch_after, rep.scratch_modelled_after)],
                  ["bitwise_equal", str(rep.bitwise_equal).lower(), "outputs of both runs, raw bytes"]]
+    if rep.default_before is not None:
+        after = ("the input written unchanged: memopt's order was above it under the defaults "
+                 f"(peak {fmt_bytes(rep.default_reordered)}, held {fmt_bytes(rep.default_held_reordered)})"
+                 if rep.kept_original_for_defaults else "the written model")
+        rows += [["default_before", fmt_bytes(rep.default_before),
+                  f"onnxruntime defaults, the input: arena peak in use (held {fmt_bytes(rep.default_held_before)})"],
+                 ["default_after", fmt_bytes(rep.default_after),
+                  f"onnxruntime defaults, {after} (held {fmt_bytes(rep.default_held_after)})"]]
     print_table(rows, align="lrl")
+    if rep.measured_before is not None:
+        print("measured_*: exact mode (CPU arena on, memory pattern and buffer reuse off, no graph optimization; "
+              f"intra-op threads {args.threads if settings.threads else 'default'})")
+    if rep.default_before is not None:
+        print(f"default_*: {rep.default_settings}; arena bytes above the start of the first run, over 2 runs")
     if rep.conditional_inplace:
         print(f"note: {rep.conditional_inplace} node(s) write in place only in some orders; modelled "
               f"(onnxruntime's planner) before {fmt_bytes(rep.modelled_before)}, after {fmt_bytes(rep.modelled_after)}")
