@@ -20,8 +20,9 @@ torchvision (``pip install --no-deps torchvision==0.28.0``) and the onnx extra.
 ``--training`` writes training graphs instead: one step (forward, cross-entropy loss against
 fixed random labels, backward) captured by :func:`memopt.adapters.training.capture` (ATen
 joint graph, FLOP costs) as ``OUT/train_<model>.json``, for the models of :data:`TRAIN_SIZES`
-(train mode; small batches and images so that each capture stays around a minute on the
-2-core machine) and ``gpt2``, a decoder-only transformer of :data:`GPT2_CONFIG` with random
+(train mode; batches and images at which the activations, not the parameters and their
+gradients, dominate the step, as in training practice; capture time grows with the ops, not
+the sizes: the traces run on fake tensors) and ``gpt2``, a decoder-only transformer of :data:`GPT2_CONFIG` with random
 weights (``transformers``). Columns: the input, ops (forward / backward), tensors, the FLOPs
 of the ops with a ``torch.utils.flop_counter`` formula, the sum of all op costs, resident bytes
 (parameters, buffers, inputs), the peak of the captured order (no recomputation) and that peak
