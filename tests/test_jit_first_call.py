@@ -299,11 +299,17 @@ def test_phase_gives_compile_seconds_back_to_the_deadline(tmp_path):
         "assert abs((s.deadline - d0) - s.compile_seconds) < 1e-9\n"
         "print('ok')\n"
     )
-    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path), "PYTHONPATH": os.path.join(ROOT, "src")}
+    assert _fresh_process(code, tmp_path).split() == ["ok"]
+
+
+def _fresh_process(code: str, cache_dir, *args) -> str:
+    """What ``python -c code args`` prints in a fresh process with numba's disk cache in
+    ``cache_dir`` and the default jit mode (it must exit 0)."""
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(cache_dir), "PYTHONPATH": os.path.join(ROOT, "src")}
     env.pop("MEMOPT_JIT", None)
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    out = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["ok"]
+    return out.stdout
 
 
 # ---------------------------------------------------------------------------- two processes
@@ -342,16 +348,9 @@ def test_two_process_compile_fills_the_cache_with_the_same_kernels(tmp_path):
         "assert list(a) == list(b) == [0, 1, 2, 3], (a, b)\n"
         "print('ok')\n"
     )
-    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path), "PYTHONPATH": os.path.join(ROOT, "src")}
-    env.pop("MEMOPT_JIT", None)
-    out = subprocess.run([sys.executable, "-c", compile_code], env=env, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    theirs = out.stdout.split()
+    theirs = _fresh_process(compile_code, tmp_path).split()
     assert theirs and set(theirs) < set(names)
-    out = subprocess.run([sys.executable, "-c", check_code, *names], env=env, capture_output=True, text=True,
-                         timeout=300)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["ok"]
+    assert _fresh_process(check_code, tmp_path, *names).split() == ["ok"]
 
 
 def test_memopt_kernels_lock_their_cache():

@@ -364,6 +364,20 @@ def _decide(dispatcher, size, m):
 _ESCALATED = [0.0]  # wall seconds spent compiling kernels at the ski-rental switch
 
 
+def _missing_signatures(name: str, dispatcher, table: dict) -> list:
+    """The signatures ``table`` lists for kernel ``name`` that ``dispatcher`` has not compiled
+    yet, each once (stale entries skipped)."""
+    sigs = []
+    for text in table.get(name, ()):
+        try:
+            sig = _table_signature(dispatcher, text)
+        except _Stale:
+            continue
+        if sig not in dispatcher.overloads and sig not in sigs:
+            sigs.append(sig)
+    return sigs
+
+
 def _escalate(dispatcher) -> None:
     """The ski-rental switch: compile (or load) the kernel now, for the signatures of the table,
     and account the seconds (:func:`escalation_seconds`), so that the caller can keep them out
@@ -371,14 +385,7 @@ def _escalate(dispatcher) -> None:
     from memopt._jit_signatures import SIGNATURES
 
     name = dispatcher.py_func.__module__ + "." + dispatcher.__name__
-    todo = []
-    for text in SIGNATURES.get(name, ()):
-        try:
-            sig = _table_signature(dispatcher, text)
-        except _Stale:
-            continue
-        if sig not in dispatcher.overloads:
-            todo.append(sig)
+    todo = _missing_signatures(name, dispatcher, SIGNATURES)
     if todo:
         t0 = time.perf_counter()
         _compile([(name, dispatcher, todo)])
@@ -640,14 +647,7 @@ def _todo(kind: str, size: int | None, m: str) -> list:
             continue
         if not _would_compile(d, size, m):
             continue
-        sigs = []
-        for text in SIGNATURES.get(name, ()):
-            try:
-                sig = _table_signature(d, text)
-            except _Stale:
-                continue
-            if sig not in d.overloads and sig not in sigs:
-                sigs.append(sig)
+        sigs = _missing_signatures(name, d, SIGNATURES)
         if sigs:
             out.append((name, d, sigs))
     return out

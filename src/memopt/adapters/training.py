@@ -63,7 +63,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from memopt.core import Op, Tensor, TensorGraph
-from memopt.errors import InternalError, MemoptError, OptionError
+from memopt.errors import InternalError, MemoptError
+from memopt._optional import import_torch
 
 __all__ = ["capture", "measure", "TrainingGraph", "Measurement", "TrainingCaptureError", "op_flops"]
 
@@ -73,11 +74,7 @@ class TrainingCaptureError(MemoptError):
 
 
 def _torch():
-    try:
-        import torch
-    except ImportError as exc:  # pragma: no cover - exercised only without the extra
-        raise OptionError("memopt.adapters.training needs torch: pip install 'memopt[torch]'") from exc
-    return torch
+    return import_torch("memopt.adapters.training")
 
 
 # ----------------------------------------------------------------------------- costs

@@ -201,10 +201,7 @@ def _finish(s, winner: str, t0: float) -> ScheduleResult:
         status = "optimal"
     else:
         status = "feasible"
-    from memopt.schedule.portfolio import VERIFY_SECONDS_PER_ITEM
-
-    items = s.problem.dag.n + int(s.problem.dag.pred_ptr[-1])
-    needs, left = VERIFY_SECONDS_PER_ITEM * items, s.end - time.perf_counter()
+    needs, left = s.check_seconds, s.end - time.perf_counter()
     if needs > max(0.0, left) + CHECK_OVERRUN:
         # the order's peak was evaluated exactly when it became a candidate; the certificate's
         # independent check would overrun the time limit: skipped, and said so

@@ -154,7 +154,7 @@ def _estimate(view: _InductorView, order: Sequence[int]) -> int:
 
 def inductor_estimate(graph: TensorGraph, order: Sequence[int]) -> int:
     """Inductor's ``estimate_peak_memory`` of an op order (no workspace, no resident tensors)."""
-    view = _InductorView(graph, None)
+    view = _view(graph, None)
     idx = order_indices(graph, order)
     validate_order(graph, idx)
     return _estimate(view, idx)

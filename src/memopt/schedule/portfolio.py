@@ -63,8 +63,9 @@ class Session:
         # the independent check of the result is part of the call: keep time for it (it is
         # linear in the DAG, about VERIFY_SECONDS_PER_ITEM per node and edge, in pure Python;
         # at most half of the time: beyond it the check is skipped and the result says so)
-        items = problem.dag.n + int(problem.dag.pred_ptr[-1])
-        reserve = min(0.5 * float(time_limit), VERIFY_SECONDS_PER_ITEM * items)
+        #: the expected seconds of the independent check (what the call's end compares with)
+        self.check_seconds = VERIFY_SECONDS_PER_ITEM * (problem.dag.n + int(problem.dag.pred_ptr[-1]))
+        reserve = min(0.5 * float(time_limit), self.check_seconds)
         self.deadline = self.t0 + float(time_limit) - reserve
         self.end = self.t0 + float(time_limit)  # the call's own end, the check included
         self.seed = seed

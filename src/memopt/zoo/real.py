@@ -45,6 +45,7 @@ import tempfile
 import warnings
 
 from memopt.errors import OptionError
+from memopt._optional import import_torch
 
 __all__ = ["HELD_OUT", "TUNING", "build", "export_onnx", "family", "graph", "input_shape", "names", "torchvision"]
 
@@ -85,11 +86,7 @@ def _check(name: str) -> str:
 
 
 def _torch():
-    try:
-        import torch
-    except ImportError:
-        raise OptionError("the real-model zoo needs torch: pip install 'memopt[torch]'") from None
-    return torch
+    return import_torch("the real-model zoo")
 
 
 def torchvision():

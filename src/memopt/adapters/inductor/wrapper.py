@@ -9,7 +9,8 @@ import re
 import textwrap
 from dataclasses import dataclass
 
-from memopt.errors import MemoptError, OptionError
+from memopt.errors import MemoptError
+from memopt._optional import import_torch
 
 
 class InductorCaptureError(MemoptError):
@@ -17,11 +18,7 @@ class InductorCaptureError(MemoptError):
 
 
 def _torch():
-    try:
-        import torch
-    except ImportError as exc:  # pragma: no cover - exercised only without the extra
-        raise OptionError("memopt.adapters.inductor needs torch: pip install 'memopt[torch]'") from exc
-    return torch
+    return import_torch("memopt.adapters.inductor")
 
 
 @dataclass(frozen=True)
