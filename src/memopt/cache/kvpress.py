@@ -57,7 +57,7 @@ from memopt.cache.kv_policies import KVPolicy
 from memopt.cache.kv_record import _attention_modules, kv_groups, quantise_heads
 from memopt.cache.kv_trace import DEFAULT_SCALE, make_attention_trace
 
-__all__ = ["PolicyPress", "OraclePress", "PolicyDecodingPress", "OracleDecodingPress", "kept_positions",
+__all__ = ["PolicyPress", "OraclePress", "PolicyDecodingPress", "OracleDecodingPress", "kept_positions", "kept_in_cache", "compress_many",
            "continuation_attention", "retained_attention", "keep_top", "tiny_model", "KVPRESS_PIN"]
 
 KVPRESS_PIN = "kvpress==0.5.5"
@@ -112,14 +112,53 @@ def keep_top(key: np.ndarray, n_kept: int) -> np.ndarray:
 
 
 def _int_attention(attn, kv_heads: int, scale: int) -> np.ndarray:
-    """``(1, n_heads, q, k)`` float attention -> int64 ``(kv_heads, q, k)`` (the recorder's
-    quantisation, :func:`memopt.cache.kv_record.quantise_heads`)."""
+    """``(1, n_heads, q, k)`` float attention -> int64 ``(kv_heads, q, k)``: the recorder's
+    quantisation (:func:`memopt.cache.kv_record.quantise_heads`), done in torch because a
+    prefill quantises ``layers x n_heads x n^2`` values per press; float32 clamp, product
+    with ``scale`` and round-half-to-even are the same IEEE operations as numpy's
+    ``clip``, ``*`` and ``rint``, so the integers are identical (tested)."""
     import torch
     if attn is None:
         raise OptionError("the model returned no attention weights: load it with attn_implementation=\"eager\"")
     if attn.shape[0] != 1:
         raise OptionError(f"memopt's presses take one sequence at a time, got a batch of {attn.shape[0]}")
-    return quantise_heads(attn[0:1].detach().to(torch.float32).cpu().numpy(), kv_heads, scale)[0]
+    q = torch.round(attn[0].detach().to(torch.float32).clamp(0.0, 1.0) * scale).to(torch.int64)
+    return q.reshape(kv_heads, q.shape[0] // kv_heads, *q.shape[1:]).sum(dim=1).cpu().numpy()
+
+
+class _LastContext:
+    """One-entry memo of a full-cache pass over one sample: the presses of a table (several
+    ratios and lags) run on the same context, so the model's predictions and the
+    continuation's attention are computed once per sample instead of once per press. The
+    entry is tied to the model object (a weak reference) and to the exact token ids."""
+
+    def __init__(self):
+        self._model, self._key, self._value = None, None, None
+
+    def get(self, model, key, compute):
+        if self._model is None or self._model() is not model or self._key != key:
+            value = compute()
+            if isinstance(value, np.ndarray):
+                value.setflags(write=False)
+            self._model, self._key, self._value = weakref.ref(model), key, value
+        return self._value
+
+
+_PREDICTIONS, _FUTURE = _LastContext(), _LastContext()
+
+
+def _predictions_correct(model, ids) -> np.ndarray:
+    """Whether the model's argmax at each context position is the next context token (the
+    last position, whose next token the press cannot see, counts as correct)."""
+    import torch
+    tok = ids[0].cpu().numpy()
+
+    def compute():
+        with torch.no_grad():
+            pred = model(input_ids=ids, use_cache=False).logits[0].argmax(-1).cpu().numpy()
+        return np.append(pred[:-1] == tok[1:], True)
+
+    return _PREDICTIONS.get(model, tuple(tok.tolist()), compute)
 
 
 def _language_model(model):
@@ -222,9 +261,7 @@ def _build() -> None:
         def _prepare(self, model, ids) -> None:
             self._correct = None
             if self.options.get("weighting", "correct") == "correct" and self.policy == "rmm":
-                pred = model(input_ids=ids, use_cache=False).logits[0].argmax(-1).cpu().numpy()
-                tok = ids[0].cpu().numpy()
-                self._correct = np.append(pred[:-1] == tok[1:], True)
+                self._correct = _predictions_correct(model, ids)
 
         def score(self, module, hidden_states, keys, values, attentions, kwargs):
             """Float view of the kept set (kept positions 1, others 0): the decisions are made
@@ -435,7 +472,8 @@ def continuation_attention(model, context, continuation, scale: int = DEFAULT_SC
     """Full-cache attention of the ``continuation``'s queries to the ``context`` positions,
     summed over the continuation: int64 ``(layers, kv_heads, len(context))`` (quantised as the
     trace recorder does, query heads of a KV head summed). One forward pass over context plus
-    continuation, keeping one layer's float attention at a time.
+    continuation, keeping one layer's float attention at a time; the last sample's result is
+    kept, so the oracle presses of several ratios and the table's scoring share one pass.
 
     Parameters
     ----------
@@ -454,8 +492,13 @@ def continuation_attention(model, context, continuation, scale: int = DEFAULT_SC
     >>> continuation_attention(model, [1, 5, 7], [9, 4]).shape      # doctest: +SKIP
     (2, 2, 3)
     """
-    import torch
     ctx, cont = [int(i) for i in context], [int(i) for i in continuation]
+    return _FUTURE.get(model, (tuple(ctx), tuple(cont), int(scale)),
+                       lambda: _continuation_attention(model, ctx, cont, scale))
+
+
+def _continuation_attention(model, ctx: list, cont: list, scale: int) -> np.ndarray:
+    import torch
     n = len(ctx)
     mods = _attention_modules(model)
     kv, _ = kv_groups(model, int(model.config.num_attention_heads))
@@ -511,11 +554,104 @@ def kept_positions(model, context, press) -> np.ndarray:
         lm(input_ids=ids, past_key_values=full)
         with press(model):
             lm(input_ids=ids, past_key_values=comp)
+    return kept_in_cache(full, comp)
+
+
+def compress_many(model, context_ids, presses: dict) -> tuple:
+    """One prefill of ``context_ids`` for many prefill presses (kvpress's or memopt's): after
+    each attention layer, every press's own ``forward_hook`` compresses **its own** cache,
+    which holds the layer's full keys and values at that moment, exactly as in
+    ``KVPressTextGenerationPipeline`` (a prefill press changes the cache only, never the
+    prefill's hidden states, so one pass serves them all; tested against the pipeline).
+    Answer each with ``pipe.generate_answer(question_ids, cache, len(context), max_new_tokens)``,
+    kvpress's own greedy decoding.
+
+    Parameters
+    ----------
+    model : transformers causal LM (eager attention)
+    context_ids : torch.Tensor
+        ``(1, n)`` token ids (``pipe.preprocess(...)["context_ids"]``).
+    presses : dict
+        Label -> prefill press (not a ``DecodingPress``).
+
+    Returns
+    -------
+    tuple
+        ``(full, caches, seconds)``: the uncompressed ``DynamicCache``, label -> the press's
+        compressed ``DynamicCache``, label -> CPU seconds spent in the press's hook.
+
+    Examples
+    --------
+    >>> full, caches, _ = compress_many(model, ids, {"snapkv": SnapKVPress(0.5)})   # doctest: +SKIP
+    """
+    import time
+
+    import torch
+    from transformers import DynamicCache
+
+    kvpress = _import_kvpress()
+    for label, press in presses.items():
+        if isinstance(press, (kvpress.DecodingPress, kvpress.PrefillDecodingPress)):
+            raise OptionError(f"compress_many takes prefill presses; {label!r} is a {type(press).__name__}")
+    full = DynamicCache()
+    caches = {label: DynamicCache() for label in presses}
+    seconds = dict.fromkeys(presses, 0.0)
+
+    def hook_for(li):
+        def hook(module, args, kwargs, output):
+            if kwargs.get("past_key_values") is not full:      # a press's own inner pass
+                return output
+            keys, values = full.layers[li].keys, full.layers[li].values
+            for label, press in presses.items():
+                t0 = time.process_time()
+                caches[label].update(keys, values, li)
+                press.forward_hook(module, args, dict(kwargs, past_key_values=caches[label]), output)
+                seconds[label] += time.process_time() - t0
+            return output
+        return hook
+
+    for press in presses.values():
+        press.post_init_from_model(model)
+    handles = [m.register_forward_hook(hook_for(li), with_kwargs=True) for li, m in enumerate(_attention_modules(model))]
+    try:
+        with torch.no_grad():
+            _language_model(model)(input_ids=context_ids, past_key_values=full)
+    finally:
+        for h in handles:
+            h.remove()
+        for press in presses.values():
+            drop = getattr(press, "_drop_pre_hook", None)
+            if drop is not None:
+                drop()
+    return full, caches, seconds
+
+
+def kept_in_cache(full, compressed) -> np.ndarray:
+    """Which positions of the ``full`` cache the ``compressed`` one holds, per layer and KV
+    head: bool ``(layers, kv_heads, n)``. A press gathers keys, so each kept key is found
+    bit-identical among the full cache's keys. Pass the pipeline a cache
+    (``pipe(..., press=press, cache=DynamicCache())``): after the call it holds the compressed
+    context, so a table learns what a press kept without another prefill.
+
+    Parameters
+    ----------
+    full, compressed : transformers ``DynamicCache``
+        The context's cache without and with the press.
+
+    Returns
+    -------
+    numpy.ndarray
+
+    Raises
+    ------
+    InternalError
+        A kept key that is no context key.
+    """
     L = len(full.layers)
-    kv, n = full.layers[0].keys.shape[1], ids.shape[1]
+    kv, n = full.layers[0].keys.shape[1], full.layers[0].keys.shape[2]
     out = np.zeros((L, kv, n), dtype=bool)
     for li in range(L):
-        fk, ck = full.layers[li].keys[0].cpu().numpy(), comp.layers[li].keys[0].cpu().numpy()
+        fk, ck = full.layers[li].keys[0].cpu().numpy(), compressed.layers[li].keys[0].cpu().numpy()
         for h in range(kv):
             where = {fk[h, j].tobytes(): j for j in range(n)}
             for row in ck[h]:
