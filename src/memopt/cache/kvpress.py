@@ -41,8 +41,10 @@ own presses; the model must use eager attention, as kvpress's ``ObservedAttentio
   upper bound that sees the future.
 
 :func:`kept_positions` tells which context positions a prefill press kept (any press, kvpress's
-included) and :func:`retained_attention` scores them on the continuation's full-cache attention
-(:func:`continuation_attention`), the measure the oracle maximises.
+included; :func:`kept_in_cache` reads it from a cache the pipeline filled) and
+:func:`retained_attention` scores them on the continuation's full-cache attention
+(:func:`continuation_attention`), the measure the oracle maximises. :func:`compress_many` runs
+one prefill for many prefill presses, each press's own hook compressing its own cache.
 """
 from __future__ import annotations
 
