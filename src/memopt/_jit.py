@@ -122,8 +122,14 @@ def _load_numba():
 
 
 def kernel(func: Callable | None = None, *, pure: Callable | None = None, pure_max: int | None = None,
-           **options):
+           inner: bool = False, **options):
     """``numba.njit(cache=True, **options)``; returns the ordinary numba dispatcher.
+
+    ``inner=True`` marks a kernel that only other kernels call: numba then builds no CPython
+    or C entry point for it (``no_cpython_wrapper``, ``no_cfunc_wrapper``). The wrappers are
+    compiled for every signature, unboxing each argument, and cost a tenth of a second or more
+    of compilation per kernel; an inner kernel cannot be called from Python, its pure twin
+    (:func:`pure`) can.
 
     ``pure_max`` is the kernel's own ``auto`` threshold (default :data:`PURE_MAX`): linear-time
     kernels stay faster in pure Python than a cache load up to larger sizes, kernels that
@@ -135,6 +141,8 @@ def kernel(func: Callable | None = None, *, pure: Callable | None = None, pure_m
     (``@kernel``) or with options (``@kernel(inline="always")``).
     """
     options.setdefault("cache", True)
+    if inner:
+        options.update(no_cpython_wrapper=True, no_cfunc_wrapper=True)
 
     def wrap(f):
         d = _load_numba().njit(**options)(f)
