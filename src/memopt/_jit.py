@@ -30,9 +30,10 @@ search's kernels costs ~0.5 s of CPU (LLVM start-up included),
 the greedy or trap kernels ~10-30 ms each once LLVM is up; pure Python runs greedy + forward
 trap in 2 ms on 34 nodes, 30 ms on 153, 110 ms on 351 (compiled: ~1 ms once loaded), graph
 construction in 50 ms on 1000 ops (first compiled load: 0.35 s). Compiling from a cold cache
-costs 0.3-4 s per kernel, 7 s for the exact search's ``_search``, 14 s for the local search's
-``_ils``, about 38 s of CPU for every kernel in one process (2026-12-02;
-``benchmarks/jit_table.py --times`` prints the table). ``benchmarks/latency.py`` measures the resulting start-up and call latencies.
+costs 0.3-4 s per kernel, 7 s for the exact search's ``_search``, 12 s for the local search's
+``_ils`` (with its callees), about 37 s of CPU for every kernel in one process and 23 s in the
+busier of two (2026-12-02, measured under load 8-13; ``benchmarks/jit_table.py --times`` prints
+the table). ``benchmarks/latency.py`` measures the resulting start-up and call latencies.
 
 Ahead of the clock: :func:`warm` compiles (or loads from the disk cache) every kernel of a
 kind of call (``"remat"``) or of one phase of a call (``"schedule:local-search"``) that the
@@ -122,8 +123,14 @@ def _load_numba():
 
 
 def kernel(func: Callable | None = None, *, pure: Callable | None = None, pure_max: int | None = None,
-           **options):
+           inner: bool = False, **options):
     """``numba.njit(cache=True, **options)``; returns the ordinary numba dispatcher.
+
+    ``inner=True`` marks a kernel that only other kernels call: numba then builds no CPython
+    or C entry point for it (``no_cpython_wrapper``, ``no_cfunc_wrapper``). The wrappers are
+    compiled for every signature, unboxing each argument, and cost a tenth of a second or more
+    of compilation per kernel; an inner kernel cannot be called from Python, its pure twin
+    (:func:`pure`) can.
 
     ``pure_max`` is the kernel's own ``auto`` threshold (default :data:`PURE_MAX`): linear-time
     kernels stay faster in pure Python than a cache load up to larger sizes, kernels that
@@ -135,6 +142,8 @@ def kernel(func: Callable | None = None, *, pure: Callable | None = None, pure_m
     (``@kernel``) or with options (``@kernel(inline="always")``).
     """
     options.setdefault("cache", True)
+    if inner:
+        options.update(no_cpython_wrapper=True, no_cfunc_wrapper=True)
 
     def wrap(f):
         d = _load_numba().njit(**options)(f)

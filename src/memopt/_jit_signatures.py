@@ -19,8 +19,14 @@ SIGNATURES = {'memopt.bounds.trap._closure_sums': ("(Array(bool, 2, 'C', True, a
  'memopt.core.closure._max_flow_kernel': ("(int64, int64, int64, Array(int64, 1, 'C', False, aligned=True), "
                                           "Array(int64, 1, 'C', False, aligned=True), Array(int64, 1, 'C', "
                                           'False, aligned=True))',),
+ 'memopt.core.closure._solve_arcs': ("(int64, int64, int64, Array(int64, 1, 'C', False, aligned=True), "
+                                     "Array(int64, 1, 'C', False, aligned=True), Array(int64, 1, 'C', False, "
+                                     'aligned=True))',),
+ 'memopt.core.closure.max_flow_value': ("(int64, int64, int64, Array(int64, 1, 'C', False, aligned=True), "
+                                        "Array(int64, 1, 'C', False, aligned=True), Array(int64, 1, 'C', "
+                                        'False, aligned=True))',),
  'memopt.core.closure.picard_network': ("(Array(bool, 1, 'C', False, aligned=True), Array(bool, 1, 'C', "
-                                        "False, aligned=True), Array(int64, 1, 'C', True, aligned=True), "
+                                        "False, aligned=True), Array(int64, 1, 'C', False, aligned=True), "
                                         "Array(int64, 2, 'C', False, aligned=True), int64, int64, int64)",),
  'memopt.remat.last_runs._last_run_traps': ("(Array(int64, 1, 'C', False, aligned=True), Array(int64, 1, "
                                             "'C', False, aligned=True), int64, int64, Array(int64, 2, 'C', "
@@ -33,6 +39,9 @@ SIGNATURES = {'memopt.bounds.trap._closure_sums': ("(Array(bool, 2, 'C', True, a
                                             "False, aligned=True), Array(int64, 1, 'C', False, "
                                             "aligned=True), Array(int64, 1, 'C', False, aligned=True), "
                                             "Array(int64, 1, 'C', False, aligned=True), int64, int64)",),
+ 'memopt.remat.last_runs._spread': ("(Array(int64, 1, 'C', False, aligned=True), Array(int64, 1, 'C', False, "
+                                    "aligned=True), Array(bool, 1, 'C', False, aligned=True), Array(int64, "
+                                    "1, 'C', False, aligned=True), Literal[int](1))",),
  'memopt.schedule.greedy._greedy_kernel': ("(Array(int64, 1, 'C', True, aligned=True), Array(int64, 1, 'C', "
                                            "True, aligned=True), Array(int64, 1, 'C', True, aligned=True), "
                                            "Array(int64, 1, 'C', True, aligned=True), Array(int64, 1, 'C', "
@@ -86,7 +95,7 @@ SIGNATURES = {'memopt.bounds.trap._closure_sums': ("(Array(bool, 2, 'C', True, a
                                               "aligned=True), Array(int64, 1, 'C', False, aligned=True), "
                                               "Array(int64, 1, 'C', False, aligned=True), Array(int64, 1, "
                                               "'C', False, aligned=True), Array(int64, 1, 'C', False, "
-                                              'aligned=True), omitted(default=-1))',),
+                                              'aligned=True), int64)',),
  'memopt.schedule.local_search._ils': ("(Array(int64, 1, 'C', False, aligned=True), Array(int64, 1, 'C', "
                                        "False, aligned=True), Array(int64, 1, 'C', True, aligned=True), "
                                        "Array(int64, 1, 'C', True, aligned=True), int64, Array(int64, 1, "
@@ -98,7 +107,10 @@ SIGNATURES = {'memopt.bounds.trap._closure_sums': ("(Array(bool, 2, 'C', True, a
                                        "int64, int64, Array(int64, 1, 'C', False, aligned=True))",)}
 
 #: call kind -> the kernels it may run besides those of the kinds it includes
-KINDS = {'remat': ('memopt.remat.last_runs._last_run_traps',),
+KINDS = {'remat': ('memopt.core.closure._solve_arcs',
+           'memopt.core.closure.max_flow_value',
+           'memopt.remat.last_runs._last_run_traps',
+           'memopt.remat.last_runs._spread'),
  'schedule': ('memopt.bounds.trap._closure_sums',
               'memopt.core._kernels.complete_with_releases',
               'memopt.core._kernels.csr_from_pairs',
@@ -150,17 +162,20 @@ PHASES = {'schedule:base': ('memopt.core._kernels.csr_from_pairs',
 
 #: kernel -> CPU seconds compiling it (after the kernels before it in the table) from an
 #: empty cache on the machine that generated the table: how warm shares them between processes
-SECONDS = {'memopt.bounds.trap._closure_sums': 1.5,
- 'memopt.core._kernels.complete_with_releases': 1.3,
- 'memopt.core._kernels.csr_from_pairs': 0.4,
+SECONDS = {'memopt.bounds.trap._closure_sums': 1.7,
+ 'memopt.core._kernels.complete_with_releases': 1.6,
+ 'memopt.core._kernels.csr_from_pairs': 0.5,
  'memopt.core._kernels.dedupe_csr_rows': 0.9,
- 'memopt.core._kernels.kahn_order': 0.7,
- 'memopt.core._kernels.segment_max': 0.2,
- 'memopt.core.closure._max_flow_kernel': 2.1,
- 'memopt.core.closure.picard_network': 1.2,
- 'memopt.remat.last_runs._last_run_traps': 3.4,
- 'memopt.schedule.greedy._greedy_kernel': 3.1,
- 'memopt.schedule.ideal_search._search': 7.2,
- 'memopt.schedule.ideal_search._start': 0.6,
- 'memopt.schedule.ideal_search._state_trap': 0.8,
- 'memopt.schedule.local_search._ils': 14.0}
+ 'memopt.core._kernels.kahn_order': 0.9,
+ 'memopt.core._kernels.segment_max': 0.3,
+ 'memopt.core.closure._max_flow_kernel': 3.1,
+ 'memopt.core.closure._solve_arcs': 0.0,
+ 'memopt.core.closure.max_flow_value': 0.4,
+ 'memopt.core.closure.picard_network': 1.3,
+ 'memopt.remat.last_runs._last_run_traps': 2.3,
+ 'memopt.remat.last_runs._spread': 0.0,
+ 'memopt.schedule.greedy._greedy_kernel': 4.6,
+ 'memopt.schedule.ideal_search._search': 10.0,
+ 'memopt.schedule.ideal_search._start': 0.9,
+ 'memopt.schedule.ideal_search._state_trap': 0.0,
+ 'memopt.schedule.local_search._ils': 17.3}

@@ -171,7 +171,7 @@ def _net(dag: SignedDAG) -> _Net:
         e = np.zeros((0, 2), np.int64)
         r = e
     anc = ancestor_matrix(dag)
-    w = np.asarray(dag.delta, np.int64)
+    w = np.array(dag.delta, np.int64)  # writable, as the remat traps' kernel passes it: picard_network compiles once
     inf = int(np.abs(w).sum()) + 1
     net = _Net(n=n, w=w, wr=-w, t=np.asarray(dag.transient, np.int64), base=int(dag.base),
                end=int(dag.base) + int(w.sum()), edges=e, redges=r, anc=anc, inf=inf)
@@ -253,7 +253,7 @@ def _arcs(net: _Net, v: int, force_in=(), force_out=(), reverse: bool = False, e
     w = net.wr if reverse else net.w
     ea, eb = (int(extra[0]), int(extra[1])) if extra else (-1, -1)
     tails, heads, caps, w_pin, neg_free, free, clash = _jit.choose(picard_network, net.n)(
-        pin, pout, _jit.readonly(w), edges, ea, eb, net.inf)
+        pin, pout, w, edges, ea, eb, net.inf)
     if clash:
         return None
     base = net.end if reverse else net.base

@@ -181,7 +181,7 @@ def _network(st: _Static, rerun: np.ndarray, first_runs: bool):
     return N, e, req_ptr, req_idx, dep_ptr, dep_idx, events
 
 
-@kernel
+@kernel(inner=True)
 def _spread(ptr, idx, mark, stack, top):
     """Mark everything reachable (CSR ``ptr``/``idx``) from the ``top`` marked nodes on ``stack``."""
     while top > 0:
@@ -245,7 +245,7 @@ def _last_run_traps(nodes, ops, limit, N, edges, req_ptr, req_idx, dep_ptr, dep_
                         est += wv[a]
             if est <= limit:
                 continue
-        tails, heads, caps, w_pin, neg_free, free, clash = picard_network(pin, pout, wv, edges, -1, -1, inf)
+        tails, heads, caps, w_pin, neg_free, free, clash = picard_network(pin, pout, wv, edges, np.int64(-1), np.int64(-1), inf)  # not literals: one signature
         flow = 0
         if caps.shape[0] > 0:
             flow = max_flow_value(N + 2, N, N + 1, tails, heads, caps)

@@ -53,7 +53,7 @@ __all__ = ["greedy_dag_order", "greedy_order", "RULES"]
 RULES = ("net", "peak", "ref")
 
 
-@kernel(inline="always")
+@kernel(inner=True)
 def _less(a1, a2, a3, b1, b2, b3):
     if a1 != b1:
         return a1 < b1
@@ -62,7 +62,7 @@ def _less(a1, a2, a3, b1, b2, b3):
     return a3 < b3
 
 
-@kernel
+@kernel(inner=True)
 def _push(k1, k2, hv, size, x1, x2, v):
     j = size
     while j > 0:
@@ -80,7 +80,7 @@ def _push(k1, k2, hv, size, x1, x2, v):
     return size + 1
 
 
-@kernel
+@kernel(inner=True)
 def _pop(k1, k2, hv, size):
     """Remove the top; returns the new size (the caller read the top before)."""
     size -= 1
@@ -107,7 +107,7 @@ def _pop(k1, k2, hv, size):
     return size
 
 
-@kernel
+@kernel(inner=True)
 def _emit(v, k, mem, peak, top, asz, bsz, order, done, deg, freed, stack, a1, a2, av, b1, b2, bv,
           succ_ptr, succ_idx, pred_ptr, pred_idx, delta, transient, is_rel, rule, rank):
     """Run node ``v``: append it, update the level and peak, and make its successors ready

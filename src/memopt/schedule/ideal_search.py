@@ -105,7 +105,7 @@ def _hash(key):
     return h
 
 
-@kernel
+@kernel(inner=True)
 def _memo_find(keys, used, key):
     cap = used.shape[0]
     i = np.int64(_hash(key) & np.uint64(cap - 1))
@@ -126,7 +126,7 @@ def _memo_find(keys, used, key):
 _TLEN, _MEM, _ADONE, _DEPTH, _ENTER, _EXP, _THR, _B, _NALLOC, _MINDEPTH, _MAXDEPTH = range(11)
 
 
-@kernel
+@kernel(inner=True)
 def _run_cascade(v, done, deg, trail, tlen, mem, delta, succ_ptr, succ_idx, is_rel):
     """Run node v, then every release it makes ready (transitively). Returns (tlen, mem)."""
     done[v] = True
@@ -151,7 +151,7 @@ def _run_cascade(v, done, deg, trail, tlen, mem, delta, succ_ptr, succ_idx, is_r
     return tlen, mem
 
 
-@kernel
+@kernel(inner=True)
 def _unrun(L, done, deg, trail, tlen, mem, delta, succ_ptr, succ_idx):
     """Take back the nodes of the trail after position L. Returns (tlen, mem)."""
     while tlen > L:
@@ -164,7 +164,7 @@ def _unrun(L, done, deg, trail, tlen, mem, delta, succ_ptr, succ_idx):
     return tlen, mem
 
 
-@kernel
+@kernel(inner=True)
 def _account(L, tlen, trail, sign, is_rel, alloc_slot, key, D, gplus, use_lb):
     """Key bits and state-bound sums of trail[L:tlen] (sign +1: added, -1: removed)."""
     cnt = 0
@@ -551,7 +551,8 @@ class IdealSearch:
                     break  # keep the time limit: rank only the nodes screened so far
                 v = int(v)
                 self.root_traps[v] = int(state_trap(v, none_done, np.ascontiguousarray(R[:, v]), R[v], self.delta,
-                                                     self.trans, np.int64(dag.base), dag.pred_ptr, dag.pred_idx, *work))
+                                                     self.trans, np.int64(dag.base), dag.pred_ptr, dag.pred_idx, *work,
+                                                     np.int64(-1)))  # cap_at as the search passes it: one signature
             cand = np.array(sorted(self.root_traps, key=lambda v: (-self.root_traps[v], v))[:k], np.int64)
             self.crit = cand
             self.R = R

@@ -70,7 +70,7 @@ _NEG = -(2 ** 62)
 _POS = 2 ** 62
 
 
-@kernel
+@kernel(inner=True)
 def _rebuild(order, delta, trans, base, P, run, pm, pc, sm, sc, slack):
     """Prefix sums ``P[k+1]`` (``P[0] = base``), profile ``run``, prefix/suffix maxima and
     counts of steps at the peak; returns (peak, count)."""
@@ -97,7 +97,7 @@ def _rebuild(order, delta, trans, base, P, run, pm, pc, sm, sc, slack):
     return peak, pc[n], thr
 
 
-@kernel
+@kernel(inner=True)
 def _block_window(i, b, order, pos, pred_ptr, pred_idx, succ_ptr, succ_idx, n):
     """Positions the block ``order[i:i+b]`` may move within: (first, last) free slot."""
     lo = 0
@@ -115,7 +115,7 @@ def _block_window(i, b, order, pos, pred_ptr, pred_idx, succ_ptr, succ_idx, n):
     return lo, hi
 
 
-@kernel
+@kernel(inner=True)
 def _move_block(order, pos, i, b, j, tmp):
     """Move ``order[i:i+b]`` so that it starts at ``j`` (j < i) or ends at ``j`` (j >= i+b)."""
     for k in range(b):
@@ -135,7 +135,7 @@ def _move_block(order, pos, i, b, j, tmp):
         pos[tmp[k]] = start + k
 
 
-@kernel
+@kernel(inner=True)
 def _best_block_move(i, b, lo, hi, order, delta, trans, base, P, run, pm, pc, sm, sc, peak, cnt, inner, thr):
     """Best place for the block ``order[i:i+b]`` within ``[lo, hi]`` that improves
     ``(peak, count)``; returns (peak, count, j) with ``j = -1`` when there is none."""
@@ -217,7 +217,7 @@ def _best_block_move(i, b, lo, hi, order, delta, trans, base, P, run, pm, pc, sm
     return bp, bc, bj
 
 
-@kernel
+@kernel(inner=True)
 def _closure_eval(i, b, j, order, delta, trans, P, mark, stamp, thr, earlier):
     """Count of steps at ``peak`` inside the segment after the closure move to ``j``
     (``mark[u] == stamp`` flags the ancestors, resp. descendants, that move along)."""
@@ -263,7 +263,7 @@ def _closure_eval(i, b, j, order, delta, trans, P, mark, stamp, thr, earlier):
     return c
 
 
-@kernel
+@kernel(inner=True)
 def _mark_closure(i, b, j, order, pred_ptr, pred_idx, succ_ptr, succ_idx, pos, mark, stamp):
     """Flag the nodes of the segment between ``j`` and the block that must move with it."""
     for k in range(i, i + b):
@@ -284,7 +284,7 @@ def _mark_closure(i, b, j, order, pred_ptr, pred_idx, succ_ptr, succ_idx, pos, m
                     break
 
 
-@kernel
+@kernel(inner=True)
 def _apply_closure(i, b, j, order, pos, mark, stamp, tmp):
     """Rewrite the segment: ancestors, block, others (earlier) / others, block, descendants."""
     m = 0
@@ -320,7 +320,7 @@ def _apply_closure(i, b, j, order, pos, mark, stamp, tmp):
             pos[tmp[k]] = i + k
 
 
-@kernel
+@kernel(inner=True)
 def _best_closure_move(i, b, order, delta, trans, base, P, run, pm, pc, sm, sc, peak, cnt, inner,
                        pred_ptr, pred_idx, succ_ptr, succ_idx, mark, stamp, thr, reach):
     """Best closure move of the block ``order[i:i+b]``: to an earlier place together with
@@ -455,7 +455,7 @@ def _best_closure_move(i, b, order, delta, trans, base, P, run, pm, pc, sm, sc, 
     return bp, bc, bj, bstamp, stamp
 
 
-@kernel
+@kernel(inner=True)
 def _copy(dst, src):
     """``dst[:len(src)] = src`` as a loop: numba's slice assignment checks shapes with an error
     message whose string formatting costs seconds to compile."""
@@ -463,7 +463,23 @@ def _copy(dst, src):
         dst[k] = src[k]
 
 
-@kernel
+@kernel(inner=True)
+def _permute(perm, m):
+    """``perm[:m] = np.random.permutation(m)``: the same Fisher-Yates shuffle and the same
+    random numbers as numba's (and numpy's legacy) permutation, without compiling numba's
+    permutation, shuffle and arange (over a second)."""
+    for k in range(m):
+        perm[k] = k
+    i = m - 1
+    while i > 0:
+        j = np.random.randint(0, i + 1)
+        t = perm[i]
+        perm[i] = perm[j]
+        perm[j] = t
+        i -= 1
+
+
+@kernel(inner=True)
 def _normalize(order, pos, succ_ptr, succ_idx, indeg, is_rel, alloc):
     """Releases as early as possible, allocating nodes in their current order (in place)."""
     m = 0
@@ -477,7 +493,7 @@ def _normalize(order, pos, succ_ptr, succ_idx, indeg, is_rel, alloc):
         pos[out[k]] = k
 
 
-@kernel
+@kernel(inner=True)
 def _block_len(order, i, is_rel, n):
     b = 1
     while i + b < n and is_rel[order[i + b]]:
@@ -497,7 +513,7 @@ def _ils(order, best, delta, trans, base, pred_ptr, pred_idx, succ_ptr, succ_idx
     n = order.shape[0]
     indeg = np.empty(n, np.int64)
     is_rel = np.empty(n, np.bool_)
-    n_alloc = 0
+    n_alloc = np.int64(0)  # not a literal 0: numba would compile ``_permute`` for Literal[int](0) too
     for v in range(n):
         indeg[v] = pred_ptr[v + 1] - pred_ptr[v]
         is_rel[v] = delta[v] + trans[v] <= 0
@@ -542,7 +558,7 @@ def _ils(order, best, delta, trans, base, pred_ptr, pred_idx, succ_ptr, succ_idx
         paused = False
         while peak > base and n_alloc > 0:
             if state[4] < 0:  # a new pass over the allocating nodes, in random order
-                _copy(perm, np.random.permutation(n_alloc))
+                _permute(perm, n_alloc)
                 state[4] = 0
                 state[5] = 0
             while state[4] < n_alloc:
