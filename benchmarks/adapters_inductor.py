@@ -80,7 +80,7 @@ def inductor_rows(names, *, time_limit: float = 1.0, training: bool = False, com
 
 def markdown(rows: list[dict], cols: list[str]) -> str:
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    lines += ["| " + " | ".join(str(row[c]) for c in cols) + " |" for row in rows]
+    lines += ["| " + " | ".join(str(row.get(c, "")) for c in cols) + " |" for row in rows]
     return "\n".join(lines)
 
 
