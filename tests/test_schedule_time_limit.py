@@ -117,3 +117,9 @@ def test_a_schedule_with_no_time_skips_the_exact_search_of_a_mid_sized_graph():
     assert any(note.startswith("ideal-search (its setup needs") for note in r.stats["skipped"])
     assert r.peak >= r.lower_bound
     assert r.peak == memopt.peak(g, r.order)
+
+
+def test_first_use_seconds_is_compilation_and_imports():
+    r = memopt.schedule(_diamond(), time_limit=1)
+    assert r.first_use_seconds == r.stats["compile_seconds"] + r.stats["import_seconds"]
+    assert r.peak == r.lower_bound == 20

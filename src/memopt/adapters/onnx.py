@@ -810,7 +810,8 @@ class ReorderReport:
     default_held_reordered: int | None = None
     kept_original_for_defaults: bool = False   # memopt's order was worse under the defaults: the input was written
     default_bitwise_equal: bool | None = None
-    compile_seconds: float = 0.0               # memopt's kernels compiled or loaded in the call (reported apart)
+    compile_seconds: float = 0.0               # first use in the process: memopt's kernels compiled or loaded and
+    #                                            its modules imported (reported apart, not in ``seconds``)
     call_seconds: float = 0.0                  # wall seconds of the whole scheduling call, compilation included
 
     def to_dict(self) -> dict:
@@ -920,7 +921,7 @@ def reorder(path, out_path, time_limit: float = 10.0, *, measure_runs: bool = Tr
                baseline=baseline_name, peak_before=pk_base, peak_after=pk_after,
                lower_bound=int(res.lower_bound), status=status, method=res.method if not kept else "baseline",
                seconds=round(float(res.seconds), 6), call_seconds=round(call_seconds, 6),
-               compile_seconds=round(float(res.stats.get("compile_seconds", 0.0)), 6),
+               compile_seconds=round(res.first_use_seconds, 6),
                kept_baseline=kept, modelled_before=mapping.ort_peak(base_order),
                modelled_after=mapping.ort_peak(order), conditional_inplace=len(mapping.conditional_inplace),
                resident_bytes=mapping.resident_bytes, workspace_nodes=len(mapping.workspace),

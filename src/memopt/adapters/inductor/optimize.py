@@ -35,7 +35,7 @@ class OptimizeReport:
     call: Callable = None  # runs the optimized program: call(args list) -> outputs
     source: str = ""
     transients_measured: bool = True  # False: a measure=False capture, ordered by the model without transients
-    compile_seconds: float = 0.0  # memopt's kernels compiled or loaded during the call (reported apart)
+    compile_seconds: float = 0.0  # first use in the process: kernels compiled or loaded, modules imported (apart)
     call_seconds: float = 0.0  # wall seconds of the whole memopt.schedule call (compilation and imports included)
 
     def __call__(self, *inputs):
@@ -103,7 +103,7 @@ def optimize_capture(cap: Capture, *, time_limit: float = 10.0, method: str = "a
         call=_inference(opt_call), source=cap.source_for(order),
         stock_peak_without_transients=without_transients(program).peak(),
         estimate_differences=attribute_estimate(cap), transients_measured=cap.transients_measured,
-        compile_seconds=float(res.stats.get("compile_seconds", 0.0)), call_seconds=call_seconds)
+        compile_seconds=res.first_use_seconds, call_seconds=call_seconds)
 
 
 def _inference(call: Callable) -> Callable:
