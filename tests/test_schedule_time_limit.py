@@ -123,3 +123,20 @@ def test_first_use_seconds_is_compilation_and_imports():
     r = memopt.schedule(_diamond(), time_limit=1)
     assert r.first_use_seconds == r.stats["compile_seconds"] + r.stats["import_seconds"]
     assert r.peak == r.lower_bound == 20
+
+
+def test_slowdown_is_at_least_one():
+    s = Session(SchedulingProblem(_diamond(), None), 10.0)
+    assert s.slowdown() >= 1.0
+
+
+def test_a_slow_machine_keeps_half_the_limit_for_the_check():
+    """When the process got little CPU for its wall time (here: its wall clock started 10^6 s
+    before its CPU clock), the time kept for the independent check grows to its cap, half
+    of the limit, and an exact search's setup is judged in wall seconds too."""
+    s = Session(SchedulingProblem(_fan(30), None), 10.0)
+    s._wall0 -= 1e6
+    assert s.slowdown() >= 1e5
+    assert s.remaining() <= s.end - 5.0 - s._wall0 - 1e6 + 1e-6
+    s.run("input", baseline=True)
+    assert s.run_exact("ideal-search", 5.0) is None

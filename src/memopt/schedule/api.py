@@ -205,7 +205,8 @@ def _finish(s, winner: str, t0: float) -> ScheduleResult:
         status = "optimal"
     else:
         status = "feasible"
-    needs, left = s.check_seconds, s.end - time.perf_counter()
+    # in wall seconds: on a loaded machine the check takes longer than its CPU seconds
+    needs, left = s.check_seconds * s.slowdown(), s.end - time.perf_counter()
     if needs > max(0.0, left) + CHECK_OVERRUN:
         # the order's peak was evaluated exactly when it became a candidate; the certificate's
         # independent check would overrun the time limit: skipped, and said so

@@ -69,9 +69,11 @@ class Session:
         # at most half of the time: beyond it the check is skipped and the result says so)
         #: the expected seconds of the independent check (what the call's end compares with)
         self.check_seconds = VERIFY_SECONDS_PER_ITEM * (problem.dag.n + int(problem.dag.pred_ptr[-1]))
-        reserve = min(0.5 * float(time_limit), self.check_seconds)
-        self.deadline = self.t0 + float(time_limit) - reserve
+        self._reserve_cap = 0.5 * float(time_limit)
+        self._reserve = min(self._reserve_cap, self.check_seconds)
+        self.deadline = self.t0 + float(time_limit) - self._reserve
         self.end = self.t0 + float(time_limit)  # the call's own end, the check included
+        self._wall0, self._cpu0 = time.perf_counter(), time.process_time()
         self.seed = seed
         self.progress = progress
         self.candidates: dict[str, tuple[np.ndarray, int]] = {}
@@ -88,7 +90,21 @@ class Session:
 
     # -------------------------------------------------------------- clock and state
     def remaining(self) -> float:
-        return max(0.0, self.deadline - time.perf_counter())
+        """Seconds left for the methods: the time left, less the time kept for the independent
+        check, which grows with :meth:`slowdown` (at most half of the limit)."""
+        extra = min(self._reserve_cap, self.check_seconds * self.slowdown()) - self._reserve
+        return max(0.0, self.deadline - max(0.0, extra) - time.perf_counter())
+
+    def slowdown(self) -> float:
+        """Wall seconds per CPU second of this process since the session started (at least 1;
+        1 during its first 50 ms): on a machine shared with other jobs, a part that needs
+        ``c`` CPU seconds and cannot look at the clock meanwhile (a setup, the independent
+        check) ends about ``c * slowdown()`` wall seconds later."""
+        wall = time.perf_counter() - self._wall0
+        cpu = time.process_time() - self._cpu0
+        if wall < 0.05 or cpu <= 0.0:
+            return 1.0
+        return max(1.0, wall / cpu)
 
     def status(self, text: str) -> None:
         if self.progress is not None:
@@ -229,11 +245,12 @@ class Session:
                                                     target=pk))
 
     def run_exact(self, name: str, time_limit: float) -> MethodResult | None:
-        """Run exact method ``name`` unless its setup alone (:data:`SETUP_SECONDS`) would overrun
-        ``time_limit``: it would then have no time to search, and the call would end late.
+        """Run exact method ``name`` unless its setup alone (:data:`SETUP_SECONDS`, times
+        :meth:`slowdown`) would overrun ``time_limit``: it would then have no time to search,
+        and the call would end late.
         ``None`` when skipped (said in ``stats["skipped"]``)."""
         budget = max(0.0, min(float(time_limit), self.remaining()))
-        setup = SETUP_SECONDS.get(name, lambda problem: 0.0)(self.problem)
+        setup = SETUP_SECONDS.get(name, lambda problem: 0.0)(self.problem) * self.slowdown()
         if setup > budget:
             self.stats.setdefault("skipped", []).append(f"{name} (its setup needs about {setup:.2g} s, "
                                                         f"{budget:.2g} s were left for it)")
