@@ -130,13 +130,18 @@ def test_slowdown_is_at_least_one():
     assert s.slowdown() >= 1.0
 
 
-def test_a_slow_machine_keeps_half_the_limit_for_the_check():
-    """When the process got little CPU for its wall time (here: its wall clock started 10^6 s
-    before its CPU clock), the time kept for the independent check grows to its cap, half
-    of the limit, and an exact search's setup is judged in wall seconds too."""
+def test_the_check_reserve_follows_the_slowdown():
+    """The time kept for the independent check is its CPU seconds times the slowdown, at most
+    half of the limit; when even that cannot hold it (the check will be skipped), none."""
     s = Session(SchedulingProblem(_fan(30), None), 10.0)
-    s._wall0 -= 1e6
+    s._wall0 = float("inf")        # the session's first instant: no slowdown measured yet
+    assert s.slowdown() == 1.0
+    for cpu, kept in [(3.0, 3.0), (5.5, 5.0), (6.5, 0.0)]:
+        s.check_seconds = cpu
+        assert s.check_reserve() == kept
+    s.check_seconds = 1e-3
+    s._wall0 = -1e6                # the wall clock ran 10^6 s ahead of the CPU clock
     assert s.slowdown() >= 1e5
-    assert s.remaining() <= s.end - 5.0 - s._wall0 - 1e6 + 1e-6
+    assert s.check_reserve() == 0.0   # 1e-3 s of CPU x 1e5 cannot fit: the methods get the time
     s.run("input", baseline=True)
-    assert s.run_exact("ideal-search", 5.0) is None
+    assert s.run_exact("ideal-search", 5.0) is None   # its setup, in wall seconds, cannot fit either

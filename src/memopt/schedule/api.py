@@ -21,6 +21,7 @@ from memopt._progress import Progress
 from memopt.clock import MAX_SECONDS, check_time_limit as check_clock_time_limit
 from memopt.core.problem import SchedulingProblem
 from memopt.errors import InternalError, OptionError, ScheduleError
+from memopt.schedule.portfolio import CHECK_OVERRUN
 from memopt.schedule.registry import get_method, method_names
 from memopt.schedule.result import ScheduleResult
 
@@ -222,8 +223,6 @@ def _finish(s, winner: str, t0: float) -> ScheduleResult:
                           bounds=bounds, certificate=cert, verified=verified, stats=s.stats)
 
 
-#: seconds by which the independent check may take the call past its time limit
-CHECK_OVERRUN = 1.0
 #: the modules of the independent check, imported before the call's clock starts
 CHECK_MODULES = ("memopt.bounds.certificate", "memopt.bounds.checker")
 

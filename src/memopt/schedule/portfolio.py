@@ -46,9 +46,12 @@ SMALL_EXACT = 200
 #: allocating nodes up to which ``auto`` gives the exact search half of the time left after
 #: the pair bound (a tenth above)
 MID_EXACT = 600
-#: time kept per DAG node and edge for the independent check of the result (pure Python:
-#: 3e-5 to 8e-5 s measured on 1,000 to 30,000 ops with the reference machine loaded)
-VERIFY_SECONDS_PER_ITEM = 4e-5
+#: CPU seconds per DAG node and edge that the independent check of the result takes (the
+#: certificate built and checked, pure Python: 0.6e-5 to 1.2e-5 measured on 2,000 to 10,000
+#: ops); the time kept for it is this times :meth:`Session.slowdown`
+VERIFY_SECONDS_PER_ITEM = 1.5e-5
+#: seconds by which the independent check may take the call past its time limit
+CHECK_OVERRUN = 1.0
 #: CPU seconds per pair of allocating nodes that the ideal search spends on its setup before
 #: it first looks at its deadline (reachability and its per-state bound tables, dense in the
 #: allocating nodes: 0.8e-7 to 1.0e-7 measured on 500 to 2,000 of them)
@@ -65,9 +68,10 @@ class Session:
         self.problem = problem
         self.t0 = time.perf_counter() if start is None else start
         # the independent check of the result is part of the call: keep time for it (it is
-        # linear in the DAG, about VERIFY_SECONDS_PER_ITEM per node and edge, in pure Python;
-        # at most half of the time: beyond it the check is skipped and the result says so)
-        #: the expected seconds of the independent check (what the call's end compares with)
+        # linear in the DAG, about VERIFY_SECONDS_PER_ITEM CPU seconds per node and edge, in pure
+        # Python; at most half of the time: beyond it the check is skipped and the result says so)
+        #: the expected CPU seconds of the independent check (times slowdown(): what the call's
+        #: end compares with)
         self.check_seconds = VERIFY_SECONDS_PER_ITEM * (problem.dag.n + int(problem.dag.pred_ptr[-1]))
         self._reserve_cap = 0.5 * float(time_limit)
         self._reserve = min(self._reserve_cap, self.check_seconds)
@@ -91,9 +95,15 @@ class Session:
     # -------------------------------------------------------------- clock and state
     def remaining(self) -> float:
         """Seconds left for the methods: the time left, less the time kept for the independent
-        check, which grows with :meth:`slowdown` (at most half of the limit)."""
-        extra = min(self._reserve_cap, self.check_seconds * self.slowdown()) - self._reserve
-        return max(0.0, self.deadline - max(0.0, extra) - time.perf_counter())
+        check (:meth:`check_reserve`)."""
+        return max(0.0, self.end - self.check_reserve() - time.perf_counter())
+
+    def check_reserve(self) -> float:
+        """Wall seconds kept for the independent check: its CPU seconds times :meth:`slowdown`,
+        at most half of the limit, and none when even that cannot hold it (the check will be
+        skipped then, so its time goes to the methods)."""
+        needs = self.check_seconds * self.slowdown()
+        return min(self._reserve_cap, needs) if needs <= self._reserve_cap + CHECK_OVERRUN else 0.0
 
     def slowdown(self) -> float:
         """Wall seconds per CPU second of this process since the session started (at least 1;
