@@ -24,7 +24,7 @@ program in memopt's order, "measured" taken at the allocator, see docs/adapters.
 ``--zoo real`` runs section 3 on :mod:`memopt.zoo.real` (exported as
 ``benchmarks/real_corpus.py`` does), with each model's peaks under onnxruntime's default
 session options too, and checks the ONNX targets; ``--inductor`` adds section 1 on the same
-models (``benchmarks/adapters_real_inductor.py``: the wrapper path and the ``torch.compile``
+models (``benchmarks/adapters_inductor.py --real``: the wrapper path and the ``torch.compile``
 pass path, capture and stock compile seconds; capturing a real model costs minutes per
 compile, so ``--inductor-jsonl FILE`` keeps the rows and lays out those of earlier runs).
 "seconds" / "sched s" is the scheduling call's own time (:attr:`ScheduleResult.seconds`);
@@ -127,7 +127,7 @@ def check_targets(inductor: list[dict], onnx: list[dict], time_limit: float) -> 
 
 
 def real_inductor_targets(rows: list[dict], time_limit: float) -> list[str]:
-    """The Inductor targets on the real zoo's rows (:mod:`adapters_real_inductor`)."""
+    """The Inductor targets on the real zoo's rows (``adapters_inductor.real_inductor_rows``)."""
     n = len(rows)
 
     def count(pred) -> str:
@@ -148,7 +148,7 @@ def real_inductor_targets(rows: list[dict], time_limit: float) -> list[str]:
 def real_inductor_section(names, time_limit: float, jsonl: str | None) -> list[dict]:
     """Section 1 on the real zoo: rows computed now (one child process per model) or, with
     ``jsonl`` naming an existing file, the rows collected there by earlier runs."""
-    import adapters_real_inductor as R
+    import adapters_inductor as R
 
     if jsonl and os.path.exists(jsonl):
         with open(jsonl) as f:
@@ -161,9 +161,9 @@ def real_inductor_section(names, time_limit: float, jsonl: str | None) -> list[d
         rows, notes = R.real_inductor_rows(names or real.names(), time_limit=time_limit, jsonl=jsonl,
                                            progress=lambda r: print(f"done: {r['model']}", file=sys.stderr, flush=True))
     print("## 1. PyTorch Inductor, inference, memopt.zoo.real (stock = the wrapper Inductor generated)\n")
-    print(_table(rows, R.COLUMNS))
+    print(_table(rows, R.REAL_COLUMNS))
     print("\n### torch.compile path (MemoptSchedulerPass as _post_fusion_custom_pass)\n")
-    print(_table(rows, R.PASS_COLUMNS))
+    print(_table(rows, R.REAL_PASS_COLUMNS))
     for n in notes:
         print("note:", n)
     print("\n### Targets (Inductor)\n")
