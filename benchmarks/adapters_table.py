@@ -160,6 +160,9 @@ def real_inductor_section(names, time_limit: float, jsonl: str | None) -> list[d
 
         rows, notes = R.real_inductor_rows(names or real.names(), time_limit=time_limit, jsonl=jsonl,
                                            progress=lambda r: print(f"done: {r['model']}", file=sys.stderr, flush=True))
+    for r in rows:
+        if "pass measured" in r:  # against the stock wrapper's measured peak; negative: above stock
+            r["pass saving %"] = f"{100.0 * (r['stock measured'] - r['pass measured']) / r['stock measured']:.3f}"
     print("## 1. PyTorch Inductor, inference, memopt.zoo.real (stock = the wrapper Inductor generated)\n")
     print(_table(rows, R.REAL_COLUMNS))
     print("\n### torch.compile path (MemoptSchedulerPass as _post_fusion_custom_pass)\n")
