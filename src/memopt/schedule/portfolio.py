@@ -190,7 +190,8 @@ class Session:
         method = get_method(name) if func is None else None
         _, incumbent, _ = self.best()
         self.status(f"{name}" + (f" (gap {self.gap()})" if self.gap() else ""))
-        with self.phase(name if func is None else "callable", () if func is not None else (method.target.partition(":")[0],)):
+        modules = () if method is None else (method.target.partition(":")[0],)
+        with self.phase(name if func is None else "callable", modules):
             budget = self.remaining() if time_limit is None else max(0.0, min(float(time_limit), self.remaining()))
             t = time.perf_counter()
             try:
@@ -229,10 +230,10 @@ class Session:
     # -------------------------------------------------------------- bounds
     def add_trap_bounds(self, time_limit: float) -> None:
         """Simple bounds and the forward trap bound (within ``time_limit``)."""
-        from memopt.bounds import trap
-
         self.status("trap bounds")
         with self.phase("trap", (TRAP_MODULE,)):
+            from memopt.bounds import trap
+
             t = time.perf_counter()
             if self.problem.graph is not None:
                 self.bounds += trap.simple_bounds(self.problem.graph)
@@ -244,21 +245,20 @@ class Session:
 
     def add_pair_bound(self, time_limit: float) -> None:
         """The pair trap bound, aimed at the best peak (it stops when it reaches it)."""
-        from memopt.bounds import trap
-
         _, _, pk = self.best()
         if self.closed() or self.remaining() <= 0:
             return
         self.status(f"pair trap bound (gap {self.gap()})")
         with self.phase("pair", (TRAP_MODULE,)):
+            from memopt.bounds import trap
+
             self.bounds.append(trap.pair_trap_bound(self.problem.dag, time_limit=min(time_limit, self.remaining()),
                                                     target=pk))
 
     def run_exact(self, name: str, time_limit: float) -> MethodResult | None:
         """Run exact method ``name`` unless its setup alone (:data:`SETUP_SECONDS`, times
         :meth:`slowdown`) would overrun ``time_limit``: it would then have no time to search,
-        and the call would end late.
-        ``None`` when skipped (said in ``stats["skipped"]``)."""
+        and the call would end late. ``None`` when skipped (said in ``stats["skipped"]``)."""
         budget = max(0.0, min(float(time_limit), self.remaining()))
         setup = SETUP_SECONDS.get(name, lambda problem: 0.0)(self.problem) * self.slowdown()
         if setup > budget:
