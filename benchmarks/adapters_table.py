@@ -2,7 +2,8 @@
 
     python benchmarks/adapters_table.py [--time-limit 1] [--no-training | --training-models M ...] [--no-onnx]
                                         [--json FILE] [MODEL...]
-    python benchmarks/adapters_table.py --zoo real [--time-limit 1] [--json FILE] [MODEL...]
+    python benchmarks/adapters_table.py --zoo real [--time-limit 1] [--json FILE] [--no-onnx]
+                                        [--inductor [--inductor-jsonl FILE]] [MODEL...]
 
 Sections (bytes; "stock" is what the compiler or runtime does by itself, "memopt" the same
 program in memopt's order, "measured" taken at the allocator, see docs/adapters.md):
@@ -22,9 +23,13 @@ program in memopt's order, "measured" taken at the allocator, see docs/adapters.
 
 ``--zoo real`` runs section 3 on :mod:`memopt.zoo.real` (exported as
 ``benchmarks/real_corpus.py`` does), with each model's peaks under onnxruntime's default
-session options too, and checks the ONNX targets; the Inductor sections stay on the minis
-(capturing a real model costs minutes per compile; ``benchmarks/inductor_capture_cost.py``
-measures one).
+session options too, and checks the ONNX targets; ``--inductor`` adds section 1 on the same
+models (``benchmarks/adapters_inductor.py --real``: the wrapper path and the ``torch.compile``
+pass path, capture and stock compile seconds; capturing a real model costs minutes per
+compile, so ``--inductor-jsonl FILE`` keeps the rows and lays out those of earlier runs).
+"seconds" / "sched s" is the scheduling call's own time (:attr:`ScheduleResult.seconds`);
+"first use s" / "compile s" what a first call in the process spent compiling memopt's
+kernels and importing its modules, reported apart.
 
 The rows come from the two per-adapter benchmarks (``adapters_inductor.inductor_rows``,
 ``adapters_onnx.onnx_rows``); this script only lays them out and checks the targets.
@@ -45,8 +50,8 @@ INDUCTOR_COLS = ["model", "family", "stmts", "inductor est.", "stock model", "st
 ONNX_COLS = ["model", "family", "ops", "workspaces", "ort modelled", "ort measured", "memopt modelled",
              "memopt measured", "lower bound", "certified", "seconds", "bitwise", "exact"]
 REAL_ONNX_COLS = ["model", "family", "ops", "resident", "ort measured", "memopt measured", "saved", "lower bound",
-                  "certified", "seconds", "bitwise", "exact", "default before", "default after", "default saved",
-                  "held before", "held after", "kept input"]
+                  "certified", "seconds", "first use s", "bitwise", "exact", "default before", "default after",
+                  "default saved", "held before", "held after", "kept input"]
 PROVED = ("certified", "optimal")
 
 
@@ -121,17 +126,76 @@ def check_targets(inductor: list[dict], onnx: list[dict], time_limit: float) -> 
     return lines
 
 
-def real_zoo(names, time_limit: float, json_path: str | None) -> int:
-    """``--zoo real``: section 3 and the ONNX targets on :mod:`memopt.zoo.real`."""
+def real_inductor_targets(rows: list[dict], time_limit: float) -> list[str]:
+    """The Inductor targets on the real zoo's rows (``adapters_inductor.real_inductor_rows``)."""
+    n = len(rows)
+
+    def count(pred) -> str:
+        bad = [r["model"] for r in rows if not pred(r)]
+        return f"{'PASS' if not bad else 'FAIL'} {{}}: {n - len(bad)}/{n}" + (f"; not: {', '.join(bad)}" if bad else "")
+
+    return [
+        count(lambda r: r["exact"]).format("measured = modelled to the byte (stock and memopt)"),
+        count(lambda r: r["bitwise"] and r.get("pass bitwise", True)).format("bitwise-equal outputs (wrapper and pass path)"),
+        count(lambda r: r["memopt measured"] <= r["stock measured"]).format("memopt's measured peak never above stock"),
+        count(lambda r: r.get("pass measured", 0) <= r["stock measured"]).format("the pass path's measured peak never above stock"),
+        count(lambda r: r["sched s"] <= time_limit + 1.0).format(f"scheduling within the time limit + 1 s ({time_limit:g} s)"),
+        count(lambda r: r["status"] in PROVED and r["sched s"] < 1.0).format("certified optimal within 1 s of scheduling"),
+        count(lambda r: "hit 1" in r.get("pass 2nd cache", "hit 1")).format("FX-graph cache hit on the pass path's second compile"),
+    ]
+
+
+def real_inductor_section(names, time_limit: float, jsonl: str | None) -> list[dict]:
+    """Section 1 on the real zoo: rows computed now (one child process per model) or, with
+    ``jsonl`` naming an existing file, the rows collected there by earlier runs."""
+    import adapters_inductor as R
+
+    if jsonl and os.path.exists(jsonl):
+        with open(jsonl) as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+        rows = [r for r in rows if not names or r["model"] in names]
+        notes = []
+    else:
+        from memopt.zoo import real
+
+        rows, notes = R.real_inductor_rows(names or real.names(), time_limit=time_limit, jsonl=jsonl,
+                                           progress=lambda r: print(f"done: {r['model']}", file=sys.stderr, flush=True))
+    for r in rows:
+        if "pass measured" in r:  # against the stock wrapper's measured peak; negative: above stock
+            r["pass saving %"] = f"{100.0 * (r['stock measured'] - r['pass measured']) / r['stock measured']:.3f}"
+    print("## 1. PyTorch Inductor, inference, memopt.zoo.real (stock = the wrapper Inductor generated)\n")
+    print(_table(rows, R.REAL_COLUMNS))
+    print("\n### torch.compile path (MemoptSchedulerPass as _post_fusion_custom_pass)\n")
+    print(_table(rows, R.REAL_PASS_COLUMNS))
+    for n in notes:
+        print("note:", n)
+    print("\n### Targets (Inductor)\n")
+    for line in real_inductor_targets(rows, time_limit):
+        print(line)
+    print()
+    return rows
+
+
+def real_zoo(names, time_limit: float, json_path: str | None, *, inductor: bool = False, onnx: bool = True,
+             inductor_jsonl: str | None = None) -> int:
+    """``--zoo real``: the ONNX section and its targets on :mod:`memopt.zoo.real`, and with
+    ``inductor`` the Inductor section (:func:`real_inductor_section`)."""
     from adapters_onnx import onnx_rows
 
     t0 = time.perf_counter()
-    rows, notes = onnx_rows(time_limit=time_limit, zoo="real", names=names or None,
-                            progress=lambda row: print(f"[{time.perf_counter() - t0:7.1f} s] {row['model']}",
-                                                       file=sys.stderr, flush=True))
+    inductor_rows_ = real_inductor_section(names, time_limit, inductor_jsonl) if inductor else []
+    rows, notes = [], []
+    if onnx:
+        rows, notes = onnx_rows(time_limit=time_limit, zoo="real", names=names or None,
+                                progress=lambda row: print(f"[{time.perf_counter() - t0:7.1f} s] {row['model']}",
+                                                           file=sys.stderr, flush=True))
     for r in rows:
         r["family"] = _onnx_family(r["model"])
         r["certified"] = _certified(r["status"])
+        r["first use s"] = f"{r['report'].compile_seconds:.3f}"
+    if not onnx:
+        _dump(json_path, {"inductor": inductor_rows_})
+        return 0
     print("## 3. ONNX in onnxruntime, memopt.zoo.real (exact mode: stock = onnxruntime's default order; "
           "default mode: onnxruntime's default session options)\n")
     print(_table(rows, REAL_ONNX_COLS))
@@ -148,11 +212,16 @@ def real_zoo(names, time_limit: float, json_path: str | None) -> int:
           + (", ".join(worse) if worse else "none worse")
           + (f" (input written unchanged: {', '.join(kept)})" if kept else ""))
     print(f"\n(total {time.perf_counter() - t0:.0f} s)")
+    _dump(json_path, {"inductor": inductor_rows_,
+                      "onnx": [{k: (v.to_dict() if k == "report" else v) for k, v in r.items()} for r in rows],
+                      "notes": notes})
+    return 0
+
+
+def _dump(json_path: str | None, doc: dict) -> None:
     if json_path:
         with open(json_path, "w") as f:
-            json.dump({"onnx": [{k: (v.to_dict() if k == "report" else v) for k, v in r.items()} for r in rows],
-                       "notes": notes}, f, indent=1)
-    return 0
+            json.dump(doc, f, indent=1)
 
 
 def main(argv=None) -> int:
@@ -166,12 +235,17 @@ def main(argv=None) -> int:
     ap.add_argument("--json", metavar="FILE", help="also write every row as JSON")
     ap.add_argument("--zoo", choices=["mini", "real"], default="mini",
                     help="real: section 3 (ONNX) on memopt.zoo.real, with onnxruntime's default options")
+    ap.add_argument("--inductor", action="store_true",
+                    help="with --zoo real: also section 1 (Inductor, wrapper and pass paths; minutes per model)")
+    ap.add_argument("--inductor-jsonl", metavar="FILE",
+                    help="with --inductor: append the Inductor rows to FILE; if FILE exists, lay out its rows instead")
     args = ap.parse_args(argv)
     if args.zoo == "real":
         from memopt._torchvision import allow_import
 
         allow_import()
-        return real_zoo(args.models, args.time_limit, args.json)
+        return real_zoo(args.models, args.time_limit, args.json, inductor=args.inductor, onnx=not args.no_onnx,
+                        inductor_jsonl=args.inductor_jsonl)
 
     from adapters_inductor import attribution_lines, inductor_rows
 

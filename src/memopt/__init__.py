@@ -82,7 +82,9 @@ def schedule(model, method="auto", time_limit: float = 10.0, *, input_order=None
         re-evaluated and checked like any method's, and the bound it claims is not used
         (memopt computes its own).
     time_limit : float, default 10.0
-        Seconds for the whole call, in ``[0, 1e6]``.
+        Seconds for the whole call, in ``[0, 1e6]``, apart from what a first call in the
+        process spends compiling memopt's kernels and importing its modules (reported in
+        ``stats["compile_seconds"]`` and ``stats["import_seconds"]``).
     input_order : sequence of int, optional
         The order of the ``input`` baseline (default: the instance's, else topological).
     seed : int, default 0

@@ -46,9 +46,16 @@ SMALL_EXACT = 200
 #: allocating nodes up to which ``auto`` gives the exact search half of the time left after
 #: the pair bound (a tenth above)
 MID_EXACT = 600
-#: time kept per DAG node and edge for the independent check of the result (pure Python:
-#: 3e-5 to 8e-5 s measured on 1,000 to 30,000 ops with the reference machine loaded)
-VERIFY_SECONDS_PER_ITEM = 4e-5
+#: CPU seconds per DAG node and edge that the independent check of the result takes (the
+#: certificate built and checked, pure Python: 0.6e-5 to 1.2e-5 measured on 2,000 to 10,000
+#: ops); the time kept for it is this times :meth:`Session.slowdown`
+VERIFY_SECONDS_PER_ITEM = 1.5e-5
+#: seconds by which the independent check may take the call past its time limit
+CHECK_OVERRUN = 1.0
+#: CPU seconds per pair of allocating nodes that the ideal search spends on its setup before
+#: it first looks at its deadline (reachability and its per-state bound tables, dense in the
+#: allocating nodes: 0.8e-7 to 1.0e-7 measured on 500 to 2,000 of them)
+IDEAL_SETUP_SECONDS_PER_PAIR = 1e-7
 
 
 class Session:
@@ -61,13 +68,16 @@ class Session:
         self.problem = problem
         self.t0 = time.perf_counter() if start is None else start
         # the independent check of the result is part of the call: keep time for it (it is
-        # linear in the DAG, about VERIFY_SECONDS_PER_ITEM per node and edge, in pure Python;
-        # at most half of the time: beyond it the check is skipped and the result says so)
-        #: the expected seconds of the independent check (what the call's end compares with)
+        # linear in the DAG, about VERIFY_SECONDS_PER_ITEM CPU seconds per node and edge, in pure
+        # Python; at most half of the time: beyond it the check is skipped and the result says so)
+        #: the expected CPU seconds of the independent check (times slowdown(): what the call's
+        #: end compares with)
         self.check_seconds = VERIFY_SECONDS_PER_ITEM * (problem.dag.n + int(problem.dag.pred_ptr[-1]))
-        reserve = min(0.5 * float(time_limit), self.check_seconds)
-        self.deadline = self.t0 + float(time_limit) - reserve
+        self._reserve_cap = 0.5 * float(time_limit)
+        self._reserve = min(self._reserve_cap, self.check_seconds)
+        self.deadline = self.t0 + float(time_limit) - self._reserve
         self.end = self.t0 + float(time_limit)  # the call's own end, the check included
+        self._wall0, self._cpu0 = time.perf_counter(), time.process_time()
         self.seed = seed
         self.progress = progress
         self.candidates: dict[str, tuple[np.ndarray, int]] = {}
@@ -78,10 +88,33 @@ class Session:
         #: seconds spent compiling (or loading) kernels since the clock started, each phase's
         #: kernels right before it runs; the deadline is moved by as much
         self.compile_seconds = 0.0
+        #: seconds spent importing a phase's modules on their first use in the process (Python
+        #: compiles them, like the kernels); the deadline is moved by as much
+        self.import_seconds = 0.0
 
     # -------------------------------------------------------------- clock and state
     def remaining(self) -> float:
-        return max(0.0, self.deadline - time.perf_counter())
+        """Seconds left for the methods: the time left, less the time kept for the independent
+        check (:meth:`check_reserve`)."""
+        return max(0.0, self.end - self.check_reserve() - time.perf_counter())
+
+    def check_reserve(self) -> float:
+        """Wall seconds kept for the independent check: its CPU seconds times :meth:`slowdown`,
+        at most half of the limit, and none when even that cannot hold it (the check will be
+        skipped then, so its time goes to the methods)."""
+        needs = self.check_seconds * self.slowdown()
+        return min(self._reserve_cap, needs) if needs <= self._reserve_cap + CHECK_OVERRUN else 0.0
+
+    def slowdown(self) -> float:
+        """Wall seconds per CPU second of this process since the session started (at least 1;
+        1 during its first 50 ms): on a machine shared with other jobs, a part that needs
+        ``c`` CPU seconds and cannot look at the clock meanwhile (a setup, the independent
+        check) ends about ``c * slowdown()`` wall seconds later."""
+        wall = time.perf_counter() - self._wall0
+        cpu = time.process_time() - self._cpu0
+        if wall < 0.05 or cpu <= 0.0:
+            return 1.0
+        return max(1.0, wall / cpu)
 
     def status(self, text: str) -> None:
         if self.progress is not None:
@@ -113,15 +146,20 @@ class Session:
 
     # -------------------------------------------------------------- compiling phase by phase
     @contextlib.contextmanager
-    def phase(self, name: str):
-        """Run the block as phase ``name`` of the call: first compile (or load) the kernels the
-        phase runs compiled at this size (:func:`memopt._jit.warm` of ``"schedule:" + name``),
-        then move the deadline by the seconds that took, so that the phase's time limit is
-        its solve's. Kernels compiled mid-phase at the ski-rental switch of
+    def phase(self, name: str, modules: tuple = ()):
+        """Run the block as phase ``name`` of the call: first import ``modules`` (the phase's
+        own, on their first use in the process) and compile (or load) the kernels the phase
+        runs compiled at this size (:func:`memopt._jit.warm` of ``"schedule:" + name``), then
+        move the deadline by the seconds that took, so that the phase's time limit is its
+        solve's. Kernels compiled mid-phase at the ski-rental switch of
         :func:`memopt._jit.choose` are given back the same way once the phase ends. A call
         therefore compiles only the phases it reaches; a phase never compiles on its clock."""
         from memopt import _jit
 
+        imported = import_first(modules)
+        self.import_seconds += imported
+        self.deadline += imported
+        self.end += imported
         kind = "schedule:" + name
         spent = _jit.warm(kind, self.problem.dag.n)
         before = _jit.escalation_seconds()
@@ -152,7 +190,8 @@ class Session:
         method = get_method(name) if func is None else None
         _, incumbent, _ = self.best()
         self.status(f"{name}" + (f" (gap {self.gap()})" if self.gap() else ""))
-        with self.phase(name if func is None else "callable"):
+        modules = () if method is None else (method.target.partition(":")[0],)
+        with self.phase(name if func is None else "callable", modules):
             budget = self.remaining() if time_limit is None else max(0.0, min(float(time_limit), self.remaining()))
             t = time.perf_counter()
             try:
@@ -191,10 +230,10 @@ class Session:
     # -------------------------------------------------------------- bounds
     def add_trap_bounds(self, time_limit: float) -> None:
         """Simple bounds and the forward trap bound (within ``time_limit``)."""
-        from memopt.bounds import trap
-
         self.status("trap bounds")
-        with self.phase("trap"):
+        with self.phase("trap", (TRAP_MODULE,)):
+            from memopt.bounds import trap
+
             t = time.perf_counter()
             if self.problem.graph is not None:
                 self.bounds += trap.simple_bounds(self.problem.graph)
@@ -206,15 +245,27 @@ class Session:
 
     def add_pair_bound(self, time_limit: float) -> None:
         """The pair trap bound, aimed at the best peak (it stops when it reaches it)."""
-        from memopt.bounds import trap
-
         _, _, pk = self.best()
         if self.closed() or self.remaining() <= 0:
             return
         self.status(f"pair trap bound (gap {self.gap()})")
-        with self.phase("pair"):
+        with self.phase("pair", (TRAP_MODULE,)):
+            from memopt.bounds import trap
+
             self.bounds.append(trap.pair_trap_bound(self.problem.dag, time_limit=min(time_limit, self.remaining()),
                                                     target=pk))
+
+    def run_exact(self, name: str, time_limit: float) -> MethodResult | None:
+        """Run exact method ``name`` unless its setup alone (:data:`SETUP_SECONDS`, times
+        :meth:`slowdown`) would overrun ``time_limit``: it would then have no time to search,
+        and the call would end late. ``None`` when skipped (said in ``stats["skipped"]``)."""
+        budget = max(0.0, min(float(time_limit), self.remaining()))
+        setup = SETUP_SECONDS.get(name, lambda problem: 0.0)(self.problem) * self.slowdown()
+        if setup > budget:
+            self.stats.setdefault("skipped", []).append(f"{name} (its setup needs about {setup:.2g} s, "
+                                                        f"{budget:.2g} s were left for it)")
+            return None
+        return self.run(name, time_limit=budget)
 
     def _met(self) -> bool:
         _, _, pk = self.best()
@@ -231,6 +282,30 @@ class Session:
         lo = min(self.lower(), pk)
         return MethodResult(order=order, peak=pk, lower_bound=lo, optimal=pk <= self.lower(),
                             stats={"winner": name})
+
+
+#: the module of the trap bounds, imported by the phases that compute them
+TRAP_MODULE = "memopt.bounds.trap"
+
+#: method name -> the seconds its setup takes on a problem before the method first looks at
+#: its deadline (methods not listed: negligible)
+SETUP_SECONDS = {
+    "ideal-search": lambda problem: IDEAL_SETUP_SECONDS_PER_PAIR * int(problem.num_allocating) ** 2,
+}
+
+
+def import_first(modules) -> float:
+    """Import ``modules`` (names) not yet imported in this process; the seconds that took."""
+    import sys
+    from importlib import import_module
+
+    todo = [m for m in modules if m not in sys.modules]
+    if not todo:
+        return 0.0
+    t = time.perf_counter()
+    for m in todo:
+        import_module(m)
+    return time.perf_counter() - t
 
 
 def checked_method_result(name: str, res, problem) -> MethodResult:
@@ -281,7 +356,7 @@ def _opening(s: Session, incumbent) -> bool:
     _first_orders(s)
     s.add_trap_bounds(s.remaining() * 0.3)
     if not s.closed() and s.problem.num_allocating <= SMALL_EXACT:
-        s.run("ideal-search", time_limit=s.remaining() * 0.5)
+        s.run_exact("ideal-search", s.remaining() * 0.5)
     return s.closed()
 
 
@@ -300,7 +375,7 @@ def auto(problem, *, time_limit: float = 10.0, incumbent=None, lower_bound=None,
         return s.result()
     # the exact search proves mid-sized instances; on large ones its states are too many to
     # finish, and the time buys more as local search
-    s.run("ideal-search", time_limit=s.remaining() * (0.5 if s.problem.num_allocating <= MID_EXACT else 0.1))
+    s.run_exact("ideal-search", s.remaining() * (0.5 if s.problem.num_allocating <= MID_EXACT else 0.1))
     # the last stage: everything left goes to local search from the best order, without the
     # exhaustion stop (on large graphs its improvements come after long plateaus)
     if not s.closed() and s.remaining() > 0:
@@ -319,5 +394,5 @@ def exact(problem, *, time_limit: float = 10.0, incumbent=None, lower_bound=None
         return s.result()
     s.add_pair_bound(s.remaining() * 0.15)
     if not s.closed():
-        s.run("ideal-search")
+        s.run_exact("ideal-search", s.remaining())
     return s.result()

@@ -73,6 +73,8 @@ class ScheduleResult:
     method : str
         The method whose order won.
     seconds : float
+        The call's own seconds, on its clock: what a first call in the process spends
+        compiling kernels and importing modules is not in it (:attr:`first_use_seconds`).
     baselines : dict
         Peaks of the named baselines computed alongside.
     bounds : dict
@@ -107,6 +109,13 @@ class ScheduleResult:
     @property
     def gap(self) -> int:
         return self.peak - self.lower_bound
+
+    @property
+    def first_use_seconds(self) -> float:
+        """Seconds the call spent outside its clock: kernels compiled or loaded and modules
+        imported on their first use in the process (``stats["compile_seconds"]`` plus
+        ``stats["import_seconds"]``; 0 once both are done)."""
+        return float(self.stats.get("compile_seconds", 0.0)) + float(self.stats.get("import_seconds", 0.0))
 
     def to_dict(self, labels=None, *, certificate: bool = False) -> dict:
         """Plain JSON data. ``labels`` maps ids to the file's own names (``order`` is then

@@ -28,13 +28,15 @@ class OptimizeReport:
     measured_peak: int
     bitwise_equal: bool
     order: list
-    seconds: float
+    seconds: float  # the scheduling call's own seconds (:attr:`ScheduleResult.seconds`: kernel compilation excluded)
     capture: Capture
     stock_peak_without_transients: int = 0  # the stock program's modelled peak with every transient set to 0
     estimate_differences: list = field(default_factory=list)  # attribute_estimate(capture): estimate -> stock peak
     call: Callable = None  # runs the optimized program: call(args list) -> outputs
     source: str = ""
     transients_measured: bool = True  # False: a measure=False capture, ordered by the model without transients
+    compile_seconds: float = 0.0  # first use in the process: kernels compiled or loaded, modules imported (apart)
+    call_seconds: float = 0.0  # wall seconds of the whole memopt.schedule call (compilation and imports included)
 
     def __call__(self, *inputs):
         """Run the optimized program on ``inputs`` in the captured argument order (default:
@@ -43,7 +45,8 @@ class OptimizeReport:
 
     def row(self) -> dict:
         keys = ("inductor_estimate", "stock_peak_without_transients", "modelled_peak_stock", "modelled_peak", "lower_bound", "status",
-                "measured_peak_stock", "measured_peak", "bitwise_equal", "seconds", "transients_measured")
+                "measured_peak_stock", "measured_peak", "bitwise_equal", "seconds", "compile_seconds", "call_seconds",
+                "transients_measured")
         return {k: getattr(self, k) for k in keys}
 
 
@@ -80,7 +83,7 @@ def optimize_capture(cap: Capture, *, time_limit: float = 10.0, method: str = "a
     stock = program.peak()
     t0 = time.perf_counter()
     res = memopt.schedule(program, method=method, time_limit=time_limit)
-    seconds = time.perf_counter() - t0
+    call_seconds = time.perf_counter() - t0
     order = [int(i) for i in res.order]
     peak = int(res.peak)
     if peak > stock:  # never worse than what Inductor emitted
@@ -96,10 +99,11 @@ def optimize_capture(cap: Capture, *, time_limit: float = 10.0, method: str = "a
         inductor_estimate=cap.inductor_estimate, modelled_peak_stock=int(stock), modelled_peak=int(peak),
         lower_bound=int(min(res.lower_bound, peak)), status=res.status if peak == res.peak else "feasible",
         measured_peak_stock=int(measured_stock), measured_peak=int(measured),
-        bitwise_equal=_bitwise_equal(out_stock, out, torch), order=order, seconds=seconds, capture=cap,
+        bitwise_equal=_bitwise_equal(out_stock, out, torch), order=order, seconds=float(res.seconds), capture=cap,
         call=_inference(opt_call), source=cap.source_for(order),
         stock_peak_without_transients=without_transients(program).peak(),
-        estimate_differences=attribute_estimate(cap), transients_measured=cap.transients_measured)
+        estimate_differences=attribute_estimate(cap), transients_measured=cap.transients_measured,
+        compile_seconds=res.first_use_seconds, call_seconds=call_seconds)
 
 
 def _inference(call: Callable) -> Callable:
