@@ -623,8 +623,8 @@ def _greedy(p: RematProblem, starts, question: str, early, deadline: float):
     tries = [(start, strategy) for start in starts for strategy in STRATEGIES]
     batch = BATCH if question == "min_cost" and p.n >= BATCH_MIN_OPS else 1
     for k, (start, strategy) in enumerate(tries):
-        fits = best is not None and best[2] <= early.memory_limit
-        share = deadline if k == len(tries) - 1 or (batch > 1 and not fits) else \
+        first = batch > 1 and (best is None or best[2] > early.memory_limit)  # no answer fits yet
+        share = deadline if k == len(tries) - 1 or first else \
             time.perf_counter() + (deadline - time.perf_counter()) / (len(tries) - k)
         got = improve_runs(p, start, question, memory_limit=early.memory_limit,
                            cost_budget=early.cost_budget, deadline=share, strategy=strategy, batch=batch)
