@@ -25,7 +25,7 @@ SHARES: dict[str, Share] = {
     # first plan; the scheduler stops early when it proves its order optimal)
     "auto.baseline": Share(0.25),
     # the most auto keeps for handing its answer back (the independent check; api.CLOSE_EVALUATIONS)
-    "auto.close": Share(0.1, most=10.0),
+    "auto.close": Share(0.15, most=15.0),
     # the lower bound on the peak of every capped plan (the trap of the ops that may re-run)
     "auto.peak_bound": Share(0.1, most=5.0),
     # min_peak: the trap cuts under the cost budget (proofs/remat_cost_bounds.md, Corollary 7')
