@@ -654,10 +654,18 @@ def _multi_start(p: RematProblem, starts, early, seed: int, clock, extra=()):
     from memopt.schedule import schedule
 
     M = early.memory_limit
+    if p.n < BATCH_MIN_OPS:
+        # feasibility first: the batched greedy from the first start (a fraction of a second on
+        # the real training graphs), kept for when the single-move greedy fits nothing in its
+        # time (MobileNetV3's training graph at 0.9 under a load of 10: nothing in 60 s)
+        quick = [improve_runs(p, starts[0], "min_cost", memory_limit=M, batch=BATCH,
+                              deadline=clock.child("heuristic.quick").end)]
+    else:
+        quick = []  # the greedy below is the batched one
     best = _greedy(p, starts, "min_cost", early, clock.end)
     others = [_greedy(p, [s], "min_cost", early, clock.end) for s in extra if s not in starts]
-    if best[2] > M and others:
-        best = min([best] + others, key=lambda got: _rank("min_cost", M, got))
+    if best[2] > M and (others or quick):
+        best = min([best] + others + quick, key=lambda got: _rank("min_cost", M, got))
     stats = {"runs": len(best[0]), "orders": 1, "starts": []}
     if best[2] > M:
         return (*best, stats)

@@ -56,6 +56,9 @@ SHARES: dict[str, Share] = {
     "heuristic.start_order": Share(0.3),
     # the multi-start search, once a plan fits (the rest: the caller's next parts)
     "heuristic.search": Share(0.6),
+    # the batched greedy's first plan on graphs under heuristic.BATCH_MIN_OPS ops (feasibility
+    # first: kept only when the single-move greedy fits nothing)
+    "heuristic.quick": Share(0.25),
     # the held-tensor moves' start (held_tensors.py), before the greedy and the search
     "heuristic.held_tensors": Share(0.25),
     # the search's first part: the greedy from other starting orders
