@@ -205,8 +205,6 @@ def held_moves(p: RematProblem, runs, prof, counts, level: int):
     --------
     >>> from memopt.core import Op, Tensor, TensorGraph
     >>> import numpy as np
-
-from memopt.remat.heuristic import _profile
     >>> g = TensorGraph.build(
     ...     [Tensor("a", 10), Tensor("b", 20), Tensor("c", 20), Tensor("d", 1, output=True)],
     ...     [Op("fa", (), ("a",), cost=1), Op("fb", ("a",), ("b",), cost=5),

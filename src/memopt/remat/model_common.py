@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from fractions import Fraction
 
 import numpy as np
@@ -134,6 +135,27 @@ class RematProblem:
 
     def out_bytes(self, v: int) -> int:
         return sum(self.size[t] for t in self.outs[v])
+
+    @cached_property
+    def arrays(self) -> dict:
+        """The flattened graph as int64 arrays, made once per problem (for vectorized
+        evaluation of run sequences): ``in_ptr``/``in_idx`` and ``out_ptr``/``out_idx`` (the
+        ``ins`` and ``outs`` of every op, CSR), ``size`` (per tensor), ``out_bytes`` and ``ws``
+        (per op), ``output`` (bool per tensor: a non-resident graph output), ``inputs``."""
+        def csr(lists):
+            ptr = np.zeros(len(lists) + 1, dtype=np.int64)
+            ptr[1:] = np.cumsum([len(x) for x in lists])
+            idx = np.fromiter((t for x in lists for t in x), dtype=np.int64, count=int(ptr[-1]))
+            return ptr, idx
+
+        in_ptr, in_idx = csr(self.ins)
+        out_ptr, out_idx = csr(self.outs)
+        output = np.zeros(self.num_tensors, dtype=bool)
+        output[list(self.outputs)] = True
+        return {"in_ptr": in_ptr, "in_idx": in_idx, "out_ptr": out_ptr, "out_idx": out_idx,
+                "size": np.array(self.size, dtype=np.int64), "ws": np.array(self.ws, dtype=np.int64),
+                "out_bytes": np.array([self.out_bytes(v) for v in range(self.n)], dtype=np.int64),
+                "output": output, "inputs": np.array(self.inputs, dtype=np.int64)}
 
     def live_tensors(self) -> list[int]:
         """Non-resident tensors (the ones whose liveness a model decides)."""

@@ -24,6 +24,8 @@ SHARES: dict[str, Share] = {
     # the scheduling core's least-peak order without recomputation (the baseline P0 and the
     # first plan; the scheduler stops early when it proves its order optimal)
     "auto.baseline": Share(0.25),
+    # the most auto keeps for handing its answer back (the independent check; api.CLOSE_EVALUATIONS)
+    "auto.close": Share(0.15, most=15.0),
     # the lower bound on the peak of every capped plan (the trap of the ops that may re-run)
     "auto.peak_bound": Share(0.1, most=5.0),
     # min_peak: the trap cuts under the cost budget (proofs/remat_cost_bounds.md, Corollary 7')
@@ -54,6 +56,9 @@ SHARES: dict[str, Share] = {
     "heuristic.start_order": Share(0.3),
     # the multi-start search, once a plan fits (the rest: the caller's next parts)
     "heuristic.search": Share(0.6),
+    # the batched greedy's first plan on graphs under heuristic.BATCH_MIN_OPS ops (feasibility
+    # first: kept only when the single-move greedy fits nothing)
+    "heuristic.quick": Share(0.25),
     # the held-tensor moves' start (held_tensors.py), before the greedy and the search
     "heuristic.held_tensors": Share(0.25),
     # the search's first part: the greedy from other starting orders
