@@ -1,0 +1,427 @@
+"""Recomputation in a real PyTorch training step: memopt decides what the forward saves and
+what the backward recomputes, and the step runs exactly that plan.
+
+**Realizable model.** :func:`plan` captures the step as AOTAutograd's joint graph
+(:func:`memopt.adapters.training.capture`) and hands :func:`memopt.remat` a copy of it with two
+constraints that make every plan the solver can return one that a forward program followed by a
+backward program can run:
+
+* a *barrier*: a zero-byte tensor produced by an op (cost 0, never recomputed) that reads the
+  loss and the new buffer values, and that every backward op reads. So every backward op runs
+  after the loss is known, as autograd does; whatever runs before the barrier is the forward
+  program, whatever runs after it the backward program;
+* *caps*: a forward op may run at most twice (once, then once more wherever the plan frees and
+  rebuilds its result); a backward op, an op drawing random numbers (``dropout``: a second
+  draw would differ) and the barrier run once.
+
+The tensors live at the barrier (other than the parameters, buffers, inputs, the loss and the
+new buffer values) are the **saved** tensors; the forward ops run a second time are the
+**recomputed** ones. The plan is realized as two ``torch.fx.GraphModule`` programs built here
+from the joint graph's own nodes, in the plan's order of runs (a recomputation is a copy of
+the node placed where the plan runs it): the forward takes the parameters, buffers and inputs
+and returns the loss, the new buffer values and the saved tensors; the backward takes the
+saved tensors (in a list it clears, ``torch.fx``'s boxed calling convention, so each is freed
+at its last use) and the parameters and inputs it reads, and returns the gradients. FX's
+generated code drops every value right after its last use, which is the model's "free as
+early as possible" (:func:`memopt.remat.plan_from_runs`), so the modelled peak of the realized
+run sequence is the peak the step allocates. Ops' workspaces are the library transients
+:func:`memopt.adapters.training.measure` finds (a convolution's scratch), so they move with
+every run of their op.
+
+What this does not express: a recomputation by the *backward* of a backward op (torch's
+partitioners cannot either), and a plan that starts the backward before the loss is known.
+The step is executed by these two programs (eager ATen calls, no autograd), not by
+``loss.backward()``; the kernels are the eager step's, so the loss and the gradients are
+those of the unmodified step (the tests compare them bit for bit).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from fractions import Fraction
+from typing import Any, Callable
+
+from memopt.core import Op, Tensor, TensorGraph
+from memopt.errors import InternalError, OptionError
+from memopt.adapters.training import TrainingGraph, _torch, capture, measure
+
+__all__ = ["plan", "TrainingPlan", "realizable_graph", "BARRIER"]
+
+#: Name of the barrier op and of its zero-byte tensor (see the module docstring).
+BARRIER = "memopt.forward_done"
+
+
+# ----------------------------------------------------------------------------- the model
+def realizable_graph(tg: TrainingGraph) -> tuple[TensorGraph, dict]:
+    """The remat instance whose plans a forward program and a backward program realize.
+
+    Parameters
+    ----------
+    tg : TrainingGraph
+        A captured step (op workspaces as wanted, e.g. its measured transients).
+
+    Returns
+    -------
+    (TensorGraph, dict)
+        The graph with the barrier op and tensor :data:`BARRIER` (read by every backward op),
+        and the per-op caps ``{op name: k}`` for :func:`memopt.remat` (1 for a forward op that
+        draws no random numbers, else 0).
+    """
+    torch = _torch()
+    fwd_outs = [tg.loss, *tg.buffer_updates]
+    reads = tuple(dict.fromkeys(r for t in fwd_outs for r in (t, tg.views.get(t, t))))
+    ops = []
+    caps = {BARRIER: 0}
+    for o in tg._ops:
+        if tg.phase[o.name] == "backward":
+            ops.append(dataclasses.replace(o, inputs=(*o.inputs, BARRIER)))
+            caps[o.name] = 0
+        else:
+            ops.append(o)
+            target = tg.nodes[o.name].target
+            caps[o.name] = 0 if torch.Tag.nondeterministic_seeded in getattr(target, "tags", ()) else 1
+    last_fwd = max(i for i, o in enumerate(ops) if tg.phase[o.name] == "forward")
+    ops.insert(last_fwd + 1, Op(BARRIER, reads, (BARRIER,), cost=0))
+    tensors = (*tg._tensors, Tensor(BARRIER, 0))
+    return TensorGraph.build(tensors, ops, name=tg.graph.name), caps
+
+
+# ----------------------------------------------------------------------------- realization
+@dataclass(frozen=True)
+class _Programs:
+    """The two programs of a plan and how the step feeds them."""
+
+    forward: Any                 # GraphModule: (*joint args) -> (loss, *updates, *saved)
+    backward: Any                # GraphModule, boxed: [inputs] -> (*gradients,)
+    n_updates: int
+    backward_inputs: tuple       # ("arg", i) joint argument i, or ("saved", j) forward output 2 + j
+    saved: tuple                 # names of the saved tensors' FX nodes
+    gradient_nodes: tuple        # FX node names of the gradients, in backward output order
+
+
+def _tensor_name(node) -> str:
+    """The graph tensor a joint-graph node stands for (capture names a selected output after
+    the last ``getitem`` that selects it)."""
+    if node.target is operator.getitem:
+        base, idx = node.args
+        return [u.name for u in base.users if u.target is operator.getitem and u.args[1] == idx][-1]
+    return node.name
+
+
+def _programs(tg: TrainingGraph, runs: list[str]) -> _Programs:
+    """Build the forward and backward ``GraphModule`` s running ``runs`` (op names, the barrier
+    among them) from the joint graph's nodes."""
+    torch = _torch()
+    from torch.fx.graph import _BoxedCodeGen
+
+    joint = tg.module.graph
+    position = {n: i for i, n in enumerate(joint.nodes)}
+    selectors = {n: sorted((u for u in n.users if u.target is operator.getitem), key=position.get)
+                 for n in tg.nodes.values()}
+    placeholders = [n for n in joint.nodes if n.op == "placeholder"]
+    out_node = next(n for n in joint.nodes if n.op == "output")
+
+    fw, bw = torch.fx.Graph(), torch.fx.Graph()
+    fw_env = {}
+    for p in placeholders:
+        fw_env[p] = fw.placeholder(p.name)
+        fw_env[p].meta = dict(p.meta)
+    bw_env: dict = {}
+    bw_inputs: list = []
+    saved: list = []
+    last_input: list = [None]
+    first_op: list = [None]
+
+    def bw_lookup(a):
+        if a in bw_env:
+            return bw_env[a]
+        if a in placeholders:
+            source = ("arg", placeholders.index(a))
+        elif a in fw_env:
+            source = ("saved", len(saved))
+            saved.append(a)
+        else:
+            raise InternalError("train-remat-read", f"the backward reads {a.name!r}, which no run produced")
+        anchor = last_input[0]
+        ctx = bw.inserting_after(anchor) if anchor is not None else (
+            bw.inserting_before(first_op[0]) if first_op[0] is not None else bw.inserting_after(None))
+        with ctx:
+            ph = bw.placeholder(a.name)
+        ph.meta = dict(a.meta)
+        last_input[0] = ph
+        bw_env[a] = ph
+        bw_inputs.append(source)
+        return ph
+
+    def fw_lookup(a):
+        if a not in fw_env:
+            raise InternalError("train-remat-read", f"the forward reads {a.name!r} before any run produced it")
+        return fw_env[a]
+
+    graph, env, lookup, in_backward = fw, fw_env, fw_lookup, False
+    for name in runs:
+        if name == BARRIER:
+            graph, env, lookup, in_backward = bw, bw_env, bw_lookup, True
+            continue
+        node = tg.nodes[name]
+        new = graph.node_copy(node, lookup)
+        if in_backward and first_op[0] is None:
+            first_op[0] = new
+        env[node] = new
+        for g in selectors[node]:
+            env[g] = graph.node_copy(g, lookup)
+
+    outputs = [a for a in torch.utils._pytree.tree_leaves(out_node.args) if isinstance(a, torch.fx.Node)]
+    updates = [a for a in outputs if _tensor_name(a) in tg.buffer_updates]
+    loss = [a for a in outputs if _tensor_name(a) == tg.loss]
+    grads = [a for a in outputs if _tensor_name(a) in tg.gradients]
+    bw.output(tuple(bw_lookup(a) for a in grads))
+    fw.output(tuple(fw_lookup(a) for a in (*loss, *updates, *saved)))
+    bw.set_codegen(_BoxedCodeGen())
+    root = torch.nn.Module()
+    fwm, bwm = torch.fx.GraphModule(root, fw), torch.fx.GraphModule(root, bw)
+    return _Programs(forward=fwm, backward=bwm, n_updates=len(updates), backward_inputs=tuple(bw_inputs),
+                     saved=tuple(a.name for a in saved), gradient_nodes=tuple(_tensor_name(a) for a in grads))
+
+
+# ----------------------------------------------------------------------------- report
+@dataclass(frozen=True)
+class TrainingPlan:
+    """A recomputation plan for one training step, and the step that runs it.
+
+    Attributes
+    ----------
+    status : str
+        :func:`memopt.remat`'s status (``optimal``, ``feasible``, ``infeasible``, ``unknown``).
+    modelled_peak : int or None
+        Bytes above the parameters, buffers and inputs at the step's peak, as modelled for the
+        realized programs (library transients included).
+    peak : int or None
+        The same, measured by the CPU allocator in one step after a warm-up step (``None``
+        when ``plan(..., measure=False)``).
+    baseline_peak : int
+        The modelled peak of the captured order without recomputation (what ratios refer to).
+    memory_limit, cost_budget : int or None
+        The question asked (``memory_limit`` in bytes above the parameters, buffers, inputs).
+    extra_flops : int or Fraction or None
+        Cost of the recomputations (FLOPs from ``torch.utils.flop_counter``; element counts for
+        ops without a formula).
+    lower_bound : int or Fraction or None
+        memopt's lower bound on ``extra_flops`` at this memory limit (``memory_limit`` /
+        ``memory_ratio`` questions), or on the modelled peak (``cost_budget``).
+    saved, recomputed : tuple of str
+        Forward values kept for the backward (FX node names) and ops run a second time.
+    runs : tuple of str
+        The plan's runs in order (the barrier :data:`BARRIER` between forward and backward).
+    """
+
+    status: str
+    modelled_peak: int | None
+    peak: int | None
+    baseline_peak: int
+    memory_limit: int | None
+    cost_budget: object
+    extra_flops: object
+    lower_bound: object
+    saved: tuple
+    recomputed: tuple
+    runs: tuple
+    seconds: float
+    remat: Any = field(repr=False, default=None)
+    graph: Any = field(repr=False, default=None)
+    capture: Any = field(repr=False, default=None)
+    _programs: Any = field(repr=False, default=None)
+    _model: Any = field(repr=False, default=None)
+    _user_positions: tuple = field(repr=False, default=())
+
+    def to_dict(self) -> dict:
+        """JSON-ready fields (exact numbers: a Fraction as ``"p/q"``)."""
+        from memopt.remat.result import json_number
+
+        keys = ("status", "peak", "modelled_peak", "baseline_peak", "memory_limit", "cost_budget", "extra_flops",
+                "lower_bound", "seconds")
+        doc = {k: json_number(getattr(self, k)) for k in keys}
+        doc.update(saved=list(self.saved), recomputed=list(self.recomputed), method=self.remat.method if self.remat
+                   else None, ops=self.capture.graph.num_ops, resident_bytes=self.capture.graph.resident_bytes)
+        return doc
+
+    def _need_plan(self):
+        if self._programs is None:
+            raise OptionError(f"no plan to run: the step's plan is {self.status}")
+        return self._programs
+
+    def step(self, *inputs):
+        """Run one training step with the plan: forward, loss, backward; gradients are added to
+        the parameters' ``.grad`` (set when ``None``) and the new buffer values (batch-norm
+        statistics) copied into the buffers, as ``loss.backward()`` and the modules do.
+
+        Parameters
+        ----------
+        *inputs : torch.Tensor
+            The step's inputs followed by its targets, shaped as the example ones (default:
+            the example tensors given to :func:`plan`).
+
+        Returns
+        -------
+        torch.Tensor
+            The loss.
+        """
+        torch = _torch()
+        prog = self._need_plan()
+        args = list(self.capture.args)
+        if inputs:
+            if len(inputs) != len(self._user_positions):
+                raise OptionError(f"step takes {len(self._user_positions)} tensors (inputs, then targets), "
+                                  f"got {len(inputs)}")
+            for k, (i, x) in enumerate(zip(self._user_positions, inputs)):
+                ex = args[i]
+                if not isinstance(x, torch.Tensor) or x.shape != ex.shape or x.dtype != ex.dtype:
+                    raise OptionError(f"step input {k} must be a {ex.dtype} tensor of shape {tuple(ex.shape)}, "
+                                      f"got {getattr(x, 'dtype', type(x).__name__)} {tuple(getattr(x, 'shape', ()))}")
+                args[i] = x
+        params = dict(self._model.named_parameters(prefix="model", remove_duplicate=False))
+        buffers = dict(self._model.named_buffers(prefix="model", remove_duplicate=False))
+        with torch.no_grad():
+            outs = list(prog.forward(*args))
+            k = 1 + prog.n_updates
+            saved = outs[k:]
+            del outs[k:]
+            boxed = [args[j] if kind == "arg" else saved[j] for kind, j in prog.backward_inputs]
+            saved.clear()
+            grads = prog.backward(boxed)
+            for tname, g in zip(prog.gradient_nodes, grads):
+                p = params[self.capture.gradients[tname]]
+                if p.grad is None:
+                    p.grad = g
+                else:
+                    p.grad.add_(g)
+            del grads, g
+            for tname, new in zip(list(self.capture.buffer_updates), outs[1:]):
+                buffers[self.capture.buffer_updates[tname]].copy_(new)
+        return outs[0]
+
+    def measure(self, *inputs) -> int:
+        """The measured peak of one step (after a warm-up step): the most CPU bytes allocated
+        during :meth:`step` above the level at its start (parameters, buffers, inputs and
+        existing ``.grad`` excluded). Updates ``.grad`` and the buffers twice."""
+        from memopt.adapters.inductor import measure_peak
+
+        self.step(*inputs)
+        peak, _ = measure_peak(lambda: self.step(*inputs))
+        return int(peak)
+
+
+# ----------------------------------------------------------------------------- planning
+def _limit(memory_limit, memory_ratio, cost_budget, baseline: int) -> tuple[int | None, object]:
+    given = [k for k, v in (("memory_limit", memory_limit), ("memory_ratio", memory_ratio),
+                            ("cost_budget", cost_budget)) if v is not None]
+    if len(given) != 1:
+        raise OptionError("give exactly one of memory_limit, memory_ratio, cost_budget"
+                          + (f" (got {', '.join(given)})" if given else ""))
+    if memory_ratio is not None:
+        try:
+            r = Decimal(str(memory_ratio))
+        except (InvalidOperation, ValueError):
+            raise OptionError(f"memory_ratio must be a number, got {memory_ratio!r}") from None
+        if isinstance(memory_ratio, bool) or not r.is_finite() or r <= 0 or r > 1:
+            raise OptionError(f"memory_ratio must be finite, > 0 and <= 1, got {memory_ratio!r}")
+        return int(Fraction(r) * baseline), None
+    if memory_limit is not None:
+        if isinstance(memory_limit, bool) or not isinstance(memory_limit, int) or memory_limit < 0:
+            raise OptionError(f"memory_limit must be an integer number of bytes >= 0, got {memory_limit!r}")
+        return memory_limit, None
+    if isinstance(cost_budget, bool) or not isinstance(cost_budget, (int, Fraction)) or cost_budget < 0:
+        raise OptionError(f"cost_budget must be an integer (FLOPs) >= 0, got {cost_budget!r}")
+    return None, cost_budget
+
+
+def plan(model, inputs, loss_fn: Callable | None = None, *, targets=(), memory_limit: int | None = None,
+         memory_ratio=None, cost_budget=None, time_limit: float = 60.0, method: str = "auto",
+         measure_step: bool = True, seed: int = 0) -> TrainingPlan:
+    """Plan what one training step of ``model`` saves and recomputes, and realize it.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        In the mode to train in (``model.train()``).
+    inputs : torch.Tensor or tuple of torch.Tensor
+        Example inputs (the step's shapes).
+    loss_fn : callable, optional
+        ``loss_fn(model(*inputs), *targets)`` -> one-element tensor (as
+        :func:`memopt.adapters.training.capture`).
+    targets : tuple of torch.Tensor, optional
+        Tensors given to ``loss_fn`` only (labels).
+    memory_limit : int, optional
+        Bytes the step may allocate above the parameters, buffers and inputs (the measured
+        peak's reference): minimum extra FLOPs under this limit.
+    memory_ratio : number, optional
+        The limit as a fraction (0, 1] of :attr:`TrainingPlan.baseline_peak`.
+    cost_budget : int, optional
+        Extra FLOPs allowed: minimum peak under this budget.
+    time_limit : float
+        Seconds for :func:`memopt.remat` (capture and measurement come on top).
+    method : str
+        A :func:`memopt.remat` method (default ``auto``).
+    measure_step : bool
+        Run two steps and measure the second one's peak (:attr:`TrainingPlan.peak`); this
+        updates ``.grad`` and the buffers of ``model``.
+    seed : int
+
+    Returns
+    -------
+    TrainingPlan
+
+    Raises
+    ------
+    OptionError
+        Not exactly one of ``memory_limit``, ``memory_ratio``, ``cost_budget``, or a bad value.
+    TrainingCaptureError
+        The step cannot be captured (one line naming the op).
+    """
+    import time
+
+    import memopt
+    from memopt.clock import check_time_limit
+    from memopt.remat import check_plan, plan_from_runs
+
+    torch = _torch()
+    time_limit = check_time_limit(time_limit, "time_limit")
+    _limit(memory_limit, memory_ratio, cost_budget, 0)  # reject bad options before the capture
+    t0 = time.perf_counter()
+    inputs = (inputs,) if isinstance(inputs, torch.Tensor) else tuple(inputs)
+    targets = (targets,) if isinstance(targets, torch.Tensor) else tuple(targets)
+    tg = capture(model, inputs, loss_fn, targets=targets)
+    tg = tg.with_workspace(measure(tg).transients)
+    graph, caps = realizable_graph(tg)
+    resident = graph.resident_bytes
+    baseline = tg.modelled_peak()
+    limit, budget = _limit(memory_limit, memory_ratio, cost_budget, baseline)
+    if budget is not None:
+        res = memopt.remat(graph, cost_budget=budget, cap=caps, time_limit=time_limit, method=method, seed=seed)
+        lower = None if res.lower_bound is None else res.lower_bound - resident
+    else:
+        res = memopt.remat(graph, memory_limit=limit + resident, cap=caps, time_limit=time_limit, method=method,
+                           seed=seed)
+        lower = res.cost_lower_bound
+    user = [i for x in inputs + targets for i, a in enumerate(tg.args) if a is x][:len(inputs + targets)]
+    common = dict(baseline_peak=baseline, memory_limit=limit, cost_budget=budget, lower_bound=lower, remat=res,
+                  graph=graph, capture=tg, _model=model, _user_positions=tuple(user))
+    if res.plan is None:
+        return TrainingPlan(status=res.status, modelled_peak=None, peak=None, extra_flops=None, saved=(),
+                            recomputed=(), runs=(), seconds=time.perf_counter() - t0, **common)
+    runs = [graph.op_names[i] for i in res.plan.runs().tolist()]
+    realized = plan_from_runs(graph, runs)
+    capk = [caps[n] for n in graph.op_names]
+    peak, extra = check_plan(graph, realized, cap=capk)
+    progs = _programs(tg, runs)
+    seen: set = set()
+    recomputed = tuple(dict.fromkeys(n for n in runs if n in seen or seen.add(n)))
+    rep = TrainingPlan(status=res.status, modelled_peak=int(peak) - resident, peak=None, extra_flops=extra,
+                       saved=progs.saved, recomputed=recomputed, runs=tuple(runs),
+                       seconds=time.perf_counter() - t0, _programs=progs, **common)
+    if measure_step:
+        rep = dataclasses.replace(rep, peak=rep.measure())
+    return rep
