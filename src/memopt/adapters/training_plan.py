@@ -95,11 +95,11 @@ class _Programs:
     """The two programs of a plan and how the step feeds them."""
 
     forward: Any                 # GraphModule: (*joint args) -> (loss, *updates, *saved)
-    backward: Any                # GraphModule, boxed: [inputs] -> (*gradients,)
-    n_updates: int
-    backward_inputs: tuple       # ("arg", i) joint argument i, or ("saved", j) forward output 2 + j
+    backward: Any                # GraphModule, boxed: [inputs] -> (*gradients, *rebuilt loss or updates)
+    n_named: int                 # 1 + number of buffer updates: the forward outputs before the saved ones
+    backward_inputs: tuple       # ("arg", i) joint argument i, or ("saved", j) saved tensor j
     saved: tuple                 # names of the saved tensors' FX nodes
-    gradient_nodes: tuple        # FX node names of the gradients, in backward output order
+    outputs: tuple               # (tensor name, "forward" or "backward", output index) of the step's results
 
 
 def _tensor_name(node) -> str:
@@ -178,13 +178,19 @@ def _programs(tg: TrainingGraph, runs: list[str]) -> _Programs:
     updates = [a for a in outputs if _tensor_name(a) in tg.buffer_updates]
     loss = [a for a in outputs if _tensor_name(a) == tg.loss]
     grads = [a for a in outputs if _tensor_name(a) in tg.gradients]
-    bw.output(tuple(bw_lookup(a) for a in grads))
-    fw.output(tuple(fw_lookup(a) for a in (*loss, *updates, *saved)))
+    # a step result is its last production: a loss or buffer update the backward rebuilt comes
+    # from there (the forward's copy was freed at the barrier, as the plan frees it)
+    named = [*loss, *updates]
+    rebuilt = [a for a in named if a in bw_env and bw_env[a].op != "placeholder"]
+    results = [(_tensor_name(a), "forward", i) for i, a in enumerate(named) if a not in rebuilt]
+    results += [(_tensor_name(a), "backward", i) for i, a in enumerate([*grads, *rebuilt])]
+    bw.output(tuple(bw_lookup(a) for a in (*grads, *rebuilt)))
+    fw.output(tuple(fw_lookup(a) for a in (*named, *saved)))
     bw.set_codegen(_BoxedCodeGen())
     root = torch.nn.Module()
     fwm, bwm = torch.fx.GraphModule(root, fw), torch.fx.GraphModule(root, bw)
-    return _Programs(forward=fwm, backward=bwm, n_updates=len(updates), backward_inputs=tuple(bw_inputs),
-                     saved=tuple(a.name for a in saved), gradient_nodes=tuple(_tensor_name(a) for a in grads))
+    return _Programs(forward=fwm, backward=bwm, n_named=len(named), backward_inputs=tuple(bw_inputs),
+                     saved=tuple(a.name for a in saved), outputs=tuple(results))
 
 
 # ----------------------------------------------------------------------------- report
@@ -241,9 +247,8 @@ class TrainingPlan:
         """JSON-ready fields (exact numbers: a Fraction as ``"p/q"``)."""
         from memopt.remat.result import json_number
 
-        keys = ("status", "peak", "modelled_peak", "baseline_peak", "memory_limit", "cost_budget", "extra_flops",
-                "lower_bound", "seconds")
-        doc = {k: json_number(getattr(self, k)) for k in keys}
+        keys = ("peak", "modelled_peak", "baseline_peak", "memory_limit", "cost_budget", "extra_flops", "lower_bound")
+        doc = {"status": self.status, **{k: json_number(getattr(self, k)) for k in keys}, "seconds": self.seconds}
         doc.update(saved=list(self.saved), recomputed=list(self.recomputed), method=self.remat.method if self.remat
                    else None, ops=self.capture.graph.num_ops, resident_bytes=self.capture.graph.resident_bytes)
         return doc
@@ -284,24 +289,28 @@ class TrainingPlan:
                 args[i] = x
         params = dict(self._model.named_parameters(prefix="model", remove_duplicate=False))
         buffers = dict(self._model.named_buffers(prefix="model", remove_duplicate=False))
+        results = {}
         with torch.no_grad():
-            outs = list(prog.forward(*args))
-            k = 1 + prog.n_updates
-            saved = outs[k:]
-            del outs[k:]
+            named = list(prog.forward(*args))
+            saved = named[prog.n_named:]
+            del named[prog.n_named:]
             boxed = [args[j] if kind == "arg" else saved[j] for kind, j in prog.backward_inputs]
             saved.clear()
-            grads = prog.backward(boxed)
-            for tname, g in zip(prog.gradient_nodes, grads):
-                p = params[self.capture.gradients[tname]]
+            results.update((t, named[i]) for t, where, i in prog.outputs if where == "forward")
+            named.clear()  # the copies the backward rebuilds are freed here, at the barrier
+            outs = prog.backward(boxed)
+            results.update((t, outs[i]) for t, where, i in prog.outputs if where == "backward")
+            del outs
+            for tname, param in self.capture.gradients.items():
+                g, p = results.pop(tname), params[param]
                 if p.grad is None:
                     p.grad = g
                 else:
                     p.grad.add_(g)
-            del grads, g
-            for tname, new in zip(list(self.capture.buffer_updates), outs[1:]):
-                buffers[self.capture.buffer_updates[tname]].copy_(new)
-        return outs[0]
+                del g
+            for tname, buffer in self.capture.buffer_updates.items():
+                buffers[buffer].copy_(results[tname])
+        return results[self.capture.loss]
 
     def measure(self, *inputs) -> int:
         """The measured peak of one step (after a warm-up step): the most CPU bytes allocated
