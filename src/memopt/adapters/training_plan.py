@@ -124,6 +124,18 @@ def _programs(tg: TrainingGraph, runs: list[str]) -> _Programs:
     placeholders = [n for n in joint.nodes if n.op == "placeholder"]
     out_node = next(n for n in joint.nodes if n.op == "output")
 
+    node_of = {n.name: n for n in joint.nodes}
+
+    def producer(n):
+        return n.args[0] if n.target is operator.getitem else n
+
+    def owner_op(a):
+        """The op whose result a view node ``a`` shares storage with (None: not a view, or a
+        view of a parameter, buffer or input, which never changes)."""
+        base = tg.views.get(_tensor_name(a)) if a.op != "placeholder" else None
+        op = producer(node_of[base]) if base is not None else None
+        return op if op is not None and op.op != "placeholder" else None
+
     fw, bw = torch.fx.Graph(), torch.fx.Graph()
     fw_env = {}
     for p in placeholders:
@@ -132,12 +144,11 @@ def _programs(tg: TrainingGraph, runs: list[str]) -> _Programs:
     bw_env: dict = {}
     bw_inputs: list = []
     saved: list = []
-    last_input: list = [None]
-    first_op: list = [None]
+    state = dict(graph=fw, env=fw_env, last_input=None, first_op=None)
+    productions: dict = {}   # op node -> runs so far
+    made_from: dict = {}     # view node -> runs of its owner op when its current copy was made
 
-    def bw_lookup(a):
-        if a in bw_env:
-            return bw_env[a]
+    def bw_input(a):
         if a in placeholders:
             source = ("arg", placeholders.index(a))
         elif a in fw_env:
@@ -145,34 +156,50 @@ def _programs(tg: TrainingGraph, runs: list[str]) -> _Programs:
             saved.append(a)
         else:
             raise InternalError("train-remat-read", f"the backward reads {a.name!r}, which no run produced")
-        anchor = last_input[0]
+        anchor = state["last_input"]
         ctx = bw.inserting_after(anchor) if anchor is not None else (
-            bw.inserting_before(first_op[0]) if first_op[0] is not None else bw.inserting_after(None))
+            bw.inserting_before(state["first_op"]) if state["first_op"] is not None else bw.inserting_after(None))
         with ctx:
             ph = bw.placeholder(a.name)
         ph.meta = dict(a.meta)
-        last_input[0] = ph
+        state["last_input"] = ph
         bw_env[a] = ph
         bw_inputs.append(source)
         return ph
 
-    def fw_lookup(a):
-        if a not in fw_env:
-            raise InternalError("train-remat-read", f"the forward reads {a.name!r} before any run produced it")
-        return fw_env[a]
+    def lookup(a):
+        op = owner_op(a)
+        if op is not None and made_from.get(a) != productions.get(op):
+            # a view of a tensor the plan rebuilt: derive it again from the new copy, as the
+            # model's readers of a view read its base (a metadata-only call, no bytes)
+            emit(producer(a))
+            return state["env"][a]
+        if a in state["env"]:
+            return state["env"][a]
+        if state["graph"] is bw:
+            return bw_input(a)
+        raise InternalError("train-remat-read", f"the forward reads {a.name!r} before any run produced it")
 
-    graph, env, lookup, in_backward = fw, fw_env, fw_lookup, False
-    for name in runs:
-        if name == BARRIER:
-            graph, env, lookup, in_backward = bw, bw_env, bw_lookup, True
-            continue
-        node = tg.nodes[name]
+    def emit(node):
+        graph, env = state["graph"], state["env"]
         new = graph.node_copy(node, lookup)
-        if in_backward and first_op[0] is None:
-            first_op[0] = new
+        if graph is bw and state["first_op"] is None:
+            state["first_op"] = new
         env[node] = new
         for g in selectors[node]:
             env[g] = graph.node_copy(g, lookup)
+        for x in (node, *selectors[node]):
+            op = owner_op(x)
+            if op is not None:
+                made_from[x] = productions.get(op)
+
+    for name in runs:
+        if name == BARRIER:
+            state.update(graph=bw, env=bw_env)
+            continue
+        node = tg.nodes[name]
+        productions[node] = productions.get(node, 0) + 1
+        emit(node)
 
     outputs = [a for a in torch.utils._pytree.tree_leaves(out_node.args) if isinstance(a, torch.fx.Node)]
     updates = [a for a in outputs if _tensor_name(a) in tg.buffer_updates]
@@ -184,8 +211,10 @@ def _programs(tg: TrainingGraph, runs: list[str]) -> _Programs:
     rebuilt = [a for a in named if a in bw_env and bw_env[a].op != "placeholder"]
     results = [(_tensor_name(a), "forward", i) for i, a in enumerate(named) if a not in rebuilt]
     results += [(_tensor_name(a), "backward", i) for i, a in enumerate([*grads, *rebuilt])]
-    bw.output(tuple(bw_lookup(a) for a in (*grads, *rebuilt)))
-    fw.output(tuple(fw_lookup(a) for a in (*named, *saved)))
+    state.update(graph=bw, env=bw_env)
+    bw.output(tuple(lookup(a) for a in (*grads, *rebuilt)))
+    # the forward's own copies, as the barrier and the backward's inputs took them
+    fw.output(tuple(fw_env[a] for a in (*named, *saved)))
     bw.set_codegen(_BoxedCodeGen())
     root = torch.nn.Module()
     fwm, bwm = torch.fx.GraphModule(root, fw), torch.fx.GraphModule(root, bw)
