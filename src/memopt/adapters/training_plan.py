@@ -343,11 +343,14 @@ class TrainingPlan:
 
     def measure(self, *inputs) -> int:
         """The measured peak of one step (after a warm-up step): the most CPU bytes allocated
-        during :meth:`step` above the level at its start (parameters, buffers, inputs and
-        existing ``.grad`` excluded). Updates ``.grad`` and the buffers twice."""
+        during :meth:`step` above the level at its start (parameters, buffers and inputs
+        excluded). Before each step the parameters' ``.grad`` are set to ``None``, as
+        ``optimizer.zero_grad()`` does, so the peak counts the new gradients, as the model
+        does (gradients are outputs of the step). Leaves ``.grad`` and the buffers updated."""
         from memopt.adapters.inductor import measure_peak
 
         self.step(*inputs)
+        self._model.zero_grad(set_to_none=True)
         peak, _ = measure_peak(lambda: self.step(*inputs))
         return int(peak)
 
@@ -378,7 +381,7 @@ def _limit(memory_limit, memory_ratio, cost_budget, baseline: int) -> tuple[int 
 
 def plan(model, inputs, loss_fn: Callable | None = None, *, targets=(), memory_limit: int | None = None,
          memory_ratio=None, cost_budget=None, time_limit: float = 60.0, method: str = "auto",
-         measure_step: bool = True, seed: int = 0) -> TrainingPlan:
+         measure_step: bool = True, seed: int = 0, captured: TrainingGraph | None = None) -> TrainingPlan:
     """Plan what one training step of ``model`` saves and recomputes, and realize it.
 
     Parameters
@@ -407,6 +410,9 @@ def plan(model, inputs, loss_fn: Callable | None = None, *, targets=(), memory_l
         Run two steps and measure the second one's peak (:attr:`TrainingPlan.peak`); this
         updates ``.grad`` and the buffers of ``model``.
     seed : int
+    captured : TrainingGraph, optional
+        ``capture(model, inputs, loss_fn, targets=targets)`` made before (several limits on
+        one step capture it once); its op workspaces are replaced by the measured transients.
 
     Returns
     -------
@@ -431,7 +437,7 @@ def plan(model, inputs, loss_fn: Callable | None = None, *, targets=(), memory_l
     t0 = time.perf_counter()
     inputs = (inputs,) if isinstance(inputs, torch.Tensor) else tuple(inputs)
     targets = (targets,) if isinstance(targets, torch.Tensor) else tuple(targets)
-    tg = capture(model, inputs, loss_fn, targets=targets)
+    tg = captured if captured is not None else capture(model, inputs, loss_fn, targets=targets)
     tg = tg.with_workspace(measure(tg).transients)
     graph, caps = realizable_graph(tg)
     resident = graph.resident_bytes
