@@ -16,6 +16,8 @@ from collections import Counter
 from fractions import Fraction
 
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 
@@ -69,6 +71,16 @@ def cnn():
 @pytest.fixture(scope="module")
 def mlp():
     return _planned(MLP, (512, 32), "0.9")
+
+
+@pytest.fixture(scope="module")
+def mlp_step():
+    """The MLP's step captured once, for plans at many limits."""
+    torch.manual_seed(0)
+    model = MLP().train()
+    x = torch.randn(512, 32)
+    labels = torch.randint(0, 10, (512,))
+    return model, x, labels, training.capture(model, x, torch.nn.functional.cross_entropy, targets=labels)
 
 
 CASES = [pytest.param("cnn", marks=pytest.mark.slow), pytest.param("mlp", marks=pytest.mark.slow)]
@@ -217,3 +229,15 @@ def test_cli_plans_measures_and_prints_one_json_object(tmp_path, monkeypatch, ca
     doc = json.loads(capsys.readouterr().out)
     assert doc["model"] == "tiny_cnn:cnn" and doc["status"] in ("optimal", "feasible")
     assert doc["peak"] == doc["modelled_peak"] <= doc["memory_limit"]
+
+
+@pytest.mark.slow
+@settings(max_examples=6, deadline=None, derandomize=True)
+@given(permille=st.integers(min_value=800, max_value=1000))
+def test_every_plan_at_any_limit_is_measured_to_the_byte(mlp_step, permille):
+    model, x, labels, tg = mlp_step
+    limit = tg.modelled_peak() * permille // 1000
+    rep = training.plan(model, x, torch.nn.functional.cross_entropy, targets=labels, memory_limit=limit,
+                        time_limit=5, captured=tg)
+    assume(rep.modelled_peak is not None)
+    assert rep.peak == rep.modelled_peak
