@@ -100,6 +100,7 @@ class _Programs:
     backward_inputs: tuple       # ("arg", i) joint argument i, or ("saved", j) saved tensor j
     saved: tuple                 # names of the saved tensors' FX nodes
     outputs: tuple               # (tensor name, "forward" or "backward", output index) of the step's results
+    named: tuple = ()             # tensor names of the forward's first n_named outputs
 
 
 def _tensor_name(node) -> str:
@@ -219,7 +220,8 @@ def _programs(tg: TrainingGraph, runs: list[str]) -> _Programs:
     root = torch.nn.Module()
     fwm, bwm = torch.fx.GraphModule(root, fw), torch.fx.GraphModule(root, bw)
     return _Programs(forward=fwm, backward=bwm, n_named=len(named), backward_inputs=tuple(bw_inputs),
-                     saved=tuple(a.name for a in saved), outputs=tuple(results))
+                     saved=tuple(a.name for a in saved), outputs=tuple(results),
+                     named=tuple(_tensor_name(a) for a in named))
 
 
 # ----------------------------------------------------------------------------- report
@@ -271,6 +273,8 @@ class TrainingPlan:
     _programs: Any = field(repr=False, default=None)
     _model: Any = field(repr=False, default=None)
     _user_positions: tuple = field(repr=False, default=())
+    _loss_fn: Any = field(repr=False, default=None)
+    _n_inputs: int = field(repr=False, default=0)
 
     def to_dict(self) -> dict:
         """JSON-ready fields (exact numbers: a Fraction as ``"p/q"``)."""
@@ -340,6 +344,45 @@ class TrainingPlan:
             for tname, buffer in self.capture.buffer_updates.items():
                 buffers[buffer].copy_(results[tname])
         return results[self.capture.loss]
+
+    @property
+    def backend(self):
+        """A ``torch.compile`` backend running this plan: AOTAutograd with a partitioner that
+        returns the plan's two programs (see :func:`_partition`) and eager, boxed programs (as
+        ``aot_eager``). It refuses (:class:`~memopt.errors.OptionError`) a compiled step whose
+        joint graph is not the planned one; compile :meth:`compile`'s function."""
+        from torch._dynamo.backends.common import aot_autograd
+        from torch._dynamo.backends.debugging import boxed_nop
+
+        self._need_plan()
+
+        def partition(joint, joint_inputs, *, num_fwd_outputs, **_):
+            return _partition(self, joint, num_fwd_outputs)
+
+        return aot_autograd(fw_compiler=boxed_nop, bw_compiler=boxed_nop, partition_fn=partition)
+
+    def compile(self, backend=None):
+        """The step's loss as a ``torch.compile`` d function of the inputs then the targets:
+        ``loss = f(*inputs, *targets); loss.backward()`` is one training step with the plan.
+
+        Parameters
+        ----------
+        backend : optional
+            Default :attr:`backend`; ``"aot_eager"`` gives the stock compiled step to compare with.
+
+        Returns
+        -------
+        callable
+        """
+        from memopt.adapters.training import _loss_of
+
+        torch = _torch()
+        model, loss_fn, k = self._model, self._loss_fn, self._n_inputs
+
+        def step(*args):
+            return _loss_of(model(*args[:k]), loss_fn, torch, args[k:])
+
+        return torch.compile(step, backend=self.backend if backend is None else backend)
 
     def measure(self, *inputs) -> int:
         """The measured peak of one step (after a warm-up step): the most CPU bytes allocated
@@ -452,7 +495,8 @@ def plan(model, inputs, loss_fn: Callable | None = None, *, targets=(), memory_l
         lower = res.cost_lower_bound
     user = [i for x in inputs + targets for i, a in enumerate(tg.args) if a is x][:len(inputs + targets)]
     common = dict(baseline_peak=baseline, memory_limit=limit, cost_budget=budget, lower_bound=lower, remat=res,
-                  graph=graph, capture=tg, _model=model, _user_positions=tuple(user))
+                  graph=graph, capture=tg, _model=model, _user_positions=tuple(user), _loss_fn=loss_fn,
+                  _n_inputs=len(inputs))
     if res.plan is None:
         return TrainingPlan(status=res.status, modelled_peak=None, peak=None, extra_flops=None, saved=(),
                             recomputed=(), runs=(), seconds=time.perf_counter() - t0, **common)
@@ -469,3 +513,149 @@ def plan(model, inputs, loss_fn: Callable | None = None, *, targets=(), memory_l
     if measure_step:
         rep = dataclasses.replace(rep, peak=rep.measure())
     return rep
+
+
+# ----------------------------------------------------------------------------- compiled realization
+def _canonical_nodes(graph, seeds: set, loss: set) -> tuple[list, dict]:
+    """The ATen calls of a joint graph that compute something, each with its arguments mapped
+    to their canonical producers: a ``detach`` or a view of the same shape resolves to its
+    input; ``seeds`` (placeholders standing for the backward's seed) and a ``ones_like`` of a
+    node of ``loss`` resolve to the token ``"seed"``."""
+    torch = _torch()
+    resolve: dict = {}
+    calls = []
+    aten = torch.ops.aten
+    same_view = (aten.view.default, aten.reshape.default, aten._unsafe_view.default, aten.alias.default)
+
+    def res(a):
+        return resolve.get(a, a) if isinstance(a, torch.fx.Node) else a
+
+    for n in graph.nodes:
+        if n in seeds:
+            resolve[n] = "seed"
+        elif n.op != "call_function":
+            continue
+        elif n.target is aten.detach.default or (
+                n.target in same_view and tuple(n.meta["val"].shape) == tuple(n.args[0].meta["val"].shape)):
+            resolve[n] = res(n.args[0])
+        elif n.target is aten.ones_like.default and (n.args[0] in loss or res(n.args[0]) in loss):
+            resolve[n] = "seed"
+        else:
+            calls.append(n)
+    return calls, resolve
+
+
+def _match_joint(tg: TrainingGraph, joint) -> tuple[dict, dict]:
+    """Map the nodes of the joint graph ``torch.compile`` hands a partitioner to the captured
+    graph's, by structure: the same ATen calls in the same order on matching arguments (an
+    input is matched to the captured input in the same argument position of the first call
+    reading it; its shape and dtype must agree).
+
+    Returns
+    -------
+    (dict, dict)
+        Joint node -> captured node, and the captured graph's canonical producers
+        (:func:`_canonical_nodes`).
+
+    Raises
+    ------
+    OptionError
+        The compiled step traces a different computation (naming the first differing call).
+    """
+    torch = _torch()
+    leaves = torch.utils._pytree.tree_leaves
+    cap_ph = [n for n in tg.module.graph.nodes if n.op == "placeholder"]
+    ph = [n for n in joint.graph.nodes if n.op == "placeholder"]
+    primals = [n for n in ph if not n.name.startswith("tangents")]
+    tangents = [n for n in ph if n.name.startswith("tangents")]
+    loss = {n for n in tg.module.graph.nodes if n.op == "call_function" and _tensor_name(n) == tg.loss}
+    cap_calls, cap_res = _canonical_nodes(tg.module.graph, set(), loss)
+    j_calls, j_res = _canonical_nodes(joint.graph, set(tangents), set())
+    mapping: dict = {"seed": "seed"}
+    arg_of = dict(zip(cap_ph, tg.args))
+
+    def same(ja, ca) -> bool:
+        ja = j_res.get(ja, ja) if isinstance(ja, torch.fx.Node) else ja
+        ca = cap_res.get(ca, ca) if isinstance(ca, torch.fx.Node) else ca
+        if ja in primals and ja not in mapping and ca in arg_of and ca not in mapping.values():
+            val, real = ja.meta["val"], arg_of[ca]
+            if tuple(val.shape) == tuple(real.shape) and val.dtype == real.dtype:
+                mapping[ja] = ca
+        if isinstance(ja, torch.fx.Node) or ja == "seed":
+            return mapping.get(ja) is ca or mapping.get(ja) == ca
+        return type(ja) is type(ca) and ja == ca
+
+    for k, (j, c) in enumerate(zip(j_calls, cap_calls)):
+        jl, cl = leaves((j.args, j.kwargs)), leaves((c.args, c.kwargs))
+        if j.target is not c.target or len(jl) != len(cl) or not all(same(x, y) for x, y in zip(jl, cl)):
+            raise OptionError(f"the compiled step differs from the planned one at call {k} ({j.name}: "
+                              f"{j.target} against {c.name}: {c.target})")
+        mapping[j] = c
+    if len(j_calls) != len(cap_calls) or len(primals) != len(cap_ph) or not all(p in mapping for p in primals):
+        raise OptionError(f"the compiled step ({len(j_calls)} ATen calls, {len(primals)} inputs) is not the planned "
+                          f"one ({len(cap_calls)} calls, {len(cap_ph)} inputs): compile TrainingPlan.compile's "
+                          "function with the planned shapes")
+    for j, r in j_res.items():
+        if r != "seed":
+            mapping[j] = mapping.get(r, r)
+    return mapping, cap_res
+
+
+def _partition(rep: "TrainingPlan", joint, num_fwd_outputs: int):
+    """AOTAutograd's two programs for ``rep``'s plan: the forward returns the compiled step's
+    forward outputs then the saved tensors (the plan's, then the inputs the backward reads);
+    the backward takes the saved tensors then the tangent (the loss's seed) and returns one
+    gradient (or ``None``) per input."""
+    torch = _torch()
+    tg, prog = rep.capture, rep._need_plan()
+    mapping, cap_res = _match_joint(tg, joint)
+    cap_node = {n.name: n for n in tg.module.graph.nodes}
+    cap_ph = [n for n in tg.module.graph.nodes if n.op == "placeholder"]
+    primals = [n for n in joint.graph.nodes if n.op == "placeholder" and not n.name.startswith("tangents")]
+    order = [cap_ph.index(mapping[p]) for p in primals]
+    j_out = next(n for n in joint.graph.nodes if n.op == "output").args[0]
+    fw_index = {cap_res.get(cap_node[t], cap_node[t]): i for i, t in enumerate(prog.named)}
+    fw_graph = torch.fx.Graph()
+    old_out = fw_graph.graph_copy(prog.forward.graph, {}, return_output_node=True)[0]
+    fw_ph = [n for n in fw_graph.nodes if n.op == "placeholder"]
+    first = next(n for n in fw_graph.nodes if n.op != "placeholder")
+    for i in order:
+        first.prepend(fw_ph[i])
+    arg_reads = list(dict.fromkeys(j for kind, j in prog.backward_inputs if kind == "arg"))
+    buffers = dict(rep._model.named_buffers(prefix="model", remove_duplicate=False))
+    mutated = {id(buffers[b]) for b in tg.buffer_updates.values() if b in buffers}
+    for j in arg_reads:
+        if id(tg.args[j]) in mutated:
+            raise OptionError(f"the plan recomputes in the backward an op reading {cap_ph[j].name!r}, a buffer the "
+                              "step updates; AOTAutograd writes it before the backward runs: use TrainingPlan.step")
+    named = [old_out[fw_index[mapping[o]]] for o in j_out[:num_fwd_outputs]]
+    fw_graph.output((*named, *old_out[prog.n_named:], *(fw_ph[j] for j in arg_reads)))
+    root = torch.nn.Module()
+    fw = torch.fx.GraphModule(root, fw_graph)
+
+    bw_graph = torch.fx.Graph()
+    grads = bw_graph.graph_copy(prog.backward.graph, {}, return_output_node=True)[0]
+    bw_ph = [n for n in bw_graph.nodes if n.op == "placeholder"]
+    bw_order = sorted(range(len(bw_ph)), key=lambda k: (prog.backward_inputs[k][0] == "arg",
+                                                    prog.backward_inputs[k][1] if prog.backward_inputs[k][0] ==
+                                                    "saved" else arg_reads.index(prog.backward_inputs[k][1])))
+    first = next(n for n in bw_graph.nodes if n.op != "placeholder")
+    for k in bw_order:
+        first.prepend(bw_ph[k])
+    with bw_graph.inserting_before(first):
+        tangent = bw_graph.placeholder("tangents_1")
+    tangent.meta = dict(next(n for n in joint.graph.nodes if n.name.startswith("tangents")).meta)
+    seeds = [n for n in bw_graph.nodes if n.target is torch.ops.aten.ones_like.default]
+    if len(seeds) != 1:
+        raise InternalError("train-remat-seed", f"the backward has {len(seeds)} seeds, expected 1")
+    seeds[0].replace_all_uses_with(tangent)
+    bw_graph.erase_node(seeds[0])
+    grad_at = {t: i for t, where, i in prog.outputs if where == "backward"}
+    # the captured graph's first inputs are the parameters, in named_parameters order
+    param_of = [name for name, _ in rep._model.named_parameters(prefix="model")]
+    tname_of = {v: t for t, v in tg.gradients.items()}
+    outs = [None if g is None else grads[grad_at[tname_of[param_of[order[i]]]]]
+            for i, g in enumerate(j_out[num_fwd_outputs:])]
+    bw_graph.output(tuple(outs))
+    bw_graph.eliminate_dead_code()  # a loss or buffer update the plan rebuilt: AOTAutograd takes the forward's
+    return fw, torch.fx.GraphModule(root, bw_graph)
