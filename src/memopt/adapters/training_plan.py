@@ -424,7 +424,8 @@ def _limit(memory_limit, memory_ratio, cost_budget, baseline: int) -> tuple[int 
 
 def plan(model, inputs, loss_fn: Callable | None = None, *, targets=(), memory_limit: int | None = None,
          memory_ratio=None, cost_budget=None, time_limit: float = 60.0, method: str = "auto",
-         measure_step: bool = True, seed: int = 0, captured: TrainingGraph | None = None) -> TrainingPlan:
+         measure_step: bool = True, seed: int = 0, captured: TrainingGraph | None = None,
+         compiled: bool = False) -> TrainingPlan:
     """Plan what one training step of ``model`` saves and recomputes, and realize it.
 
     Parameters
@@ -456,6 +457,9 @@ def plan(model, inputs, loss_fn: Callable | None = None, *, targets=(), memory_l
     captured : TrainingGraph, optional
         ``capture(model, inputs, loss_fn, targets=targets)`` made before (several limits on
         one step capture it once); its op workspaces are replaced by the measured transients.
+    compiled : bool
+        Keep the plan runnable by :attr:`TrainingPlan.backend` too: an op reading a buffer the
+        step updates is not run twice (AOTAutograd writes the buffers before the backward).
 
     Returns
     -------
@@ -483,6 +487,12 @@ def plan(model, inputs, loss_fn: Callable | None = None, *, targets=(), memory_l
     tg = captured if captured is not None else capture(model, inputs, loss_fn, targets=targets)
     tg = tg.with_workspace(measure(tg).transients)
     graph, caps = realizable_graph(tg)
+    if compiled:
+        buffers = dict(model.named_buffers(prefix="model", remove_duplicate=False))
+        mutated = {id(buffers[b]) for b in tg.buffer_updates.values() if b in buffers}
+        reads = {n.name for n, a in zip((n for n in tg.module.graph.nodes if n.op == "placeholder"), tg.args)
+                 if id(a) in mutated}
+        caps.update((o.name, 0) for o in tg._ops if reads.intersection(o.inputs))
     resident = graph.resident_bytes
     baseline = tg.modelled_peak()
     limit, budget = _limit(memory_limit, memory_ratio, cost_budget, baseline)
@@ -520,7 +530,7 @@ def _canonical_nodes(graph, seeds: set, loss: set) -> tuple[list, dict]:
     """The ATen calls of a joint graph that compute something, each with its arguments mapped
     to their canonical producers: a ``detach`` or a view of the same shape resolves to its
     input; ``seeds`` (placeholders standing for the backward's seed) and a ``ones_like`` of a
-    node of ``loss`` resolve to the token ``"seed"``."""
+    node of ``loss`` resolve to the token ``"seed"``, a ``getitem`` to ``("item", call, index)``."""
     torch = _torch()
     resolve: dict = {}
     calls = []
@@ -540,6 +550,8 @@ def _canonical_nodes(graph, seeds: set, loss: set) -> tuple[list, dict]:
             resolve[n] = res(n.args[0])
         elif n.target is aten.ones_like.default and (n.args[0] in loss or res(n.args[0]) in loss):
             resolve[n] = "seed"
+        elif n.target is operator.getitem:  # graphs select a call's outputs in different orders
+            resolve[n] = ("item", res(n.args[0]), n.args[1])
         else:
             calls.append(n)
     return calls, resolve
@@ -581,6 +593,8 @@ def _match_joint(tg: TrainingGraph, joint) -> tuple[dict, dict]:
             val, real = ja.meta["val"], arg_of[ca]
             if tuple(val.shape) == tuple(real.shape) and val.dtype == real.dtype:
                 mapping[ja] = ca
+        if isinstance(ja, tuple) and isinstance(ca, tuple):
+            return ja[0] == ca[0] == "item" and mapping.get(ja[1]) is ca[1] and ja[2] == ca[2]
         if isinstance(ja, torch.fx.Node) or ja == "seed":
             return mapping.get(ja) is ca or mapping.get(ja) == ca
         return type(ja) is type(ca) and ja == ca
@@ -596,7 +610,9 @@ def _match_joint(tg: TrainingGraph, joint) -> tuple[dict, dict]:
                           f"one ({len(cap_calls)} calls, {len(cap_ph)} inputs): compile TrainingPlan.compile's "
                           "function with the planned shapes")
     for j, r in j_res.items():
-        if r != "seed":
+        if isinstance(r, tuple):
+            mapping[j] = ("item", mapping[r[1]], r[2])
+        elif r != "seed":
             mapping[j] = mapping.get(r, r)
     return mapping, cap_res
 
