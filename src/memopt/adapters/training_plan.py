@@ -382,7 +382,9 @@ class TrainingPlan:
         def step(*args):
             return _loss_of(model(*args[:k]), loss_fn, torch, args[k:])
 
-        return torch.compile(step, backend=self.backend if backend is None else backend)
+        # static shapes: the plan is for the planned ones (Dynamo would otherwise recompile with
+        # symbolic sizes after seeing this code object with other shapes)
+        return torch.compile(step, backend=self.backend if backend is None else backend, dynamic=False)
 
     def measure(self, *inputs) -> int:
         """The measured peak of one step (after a warm-up step): the most CPU bytes allocated
