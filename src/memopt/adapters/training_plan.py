@@ -33,6 +33,13 @@ partitioners cannot either), and a plan that starts the backward before the loss
 The step is executed by these two programs (eager ATen calls, no autograd), not by
 ``loss.backward()``; the kernels are the eager step's, so the loss and the gradients are
 those of the unmodified step (the tests compare them bit for bit).
+
+**Compiled.** :attr:`TrainingPlan.backend` is a ``torch.compile`` backend (AOTAutograd with
+eager, boxed compilers) whose partitioner returns the same two programs in AOTAutograd's
+calling convention, after matching the joint graph Dynamo traced to the captured one by
+structure (:func:`_match_joint`). AOTAutograd writes updated buffers before the backward runs,
+so a backward recomputation reading one cannot run there: ``plan(..., compiled=True)``
+excludes it, and the backend refuses it.
 """
 
 from __future__ import annotations
