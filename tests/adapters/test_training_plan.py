@@ -7,6 +7,10 @@ only a recomputation meets. Checked: the planned step's measured peak is its mod
 the byte; its loss, gradients and new batch-norm statistics are bitwise those of the plain eager
 step; the plan passes memopt's independent checker on the realizable instance and keeps its
 constraints (backward after the barrier, forward ops at most twice, backward ops once).
+Compiled (``TrainingPlan.compile``, a ``torch.compile`` backend): loss, gradients and buffers
+bitwise those of the stock ``aot_eager`` step, and the measured peak off the modelled one by
+exactly what the stock compiled step is off the captured order's; refusals of another step and
+of a backward recomputation reading an updated buffer.
 """
 
 from __future__ import annotations
