@@ -66,7 +66,17 @@ from memopt.core import Op, Tensor, TensorGraph
 from memopt.errors import InternalError, MemoptError
 from memopt._optional import import_torch
 
-__all__ = ["capture", "measure", "TrainingGraph", "Measurement", "TrainingCaptureError", "op_flops"]
+__all__ = ["capture", "measure", "TrainingGraph", "Measurement", "TrainingCaptureError", "op_flops", "plan",
+           "TrainingPlan"]
+
+
+def __getattr__(name):
+    # the recomputation planner (memopt.adapters.training_plan) builds on this module
+    if name in ("plan", "TrainingPlan"):
+        from memopt.adapters import training_plan
+
+        return getattr(training_plan, name)
+    raise AttributeError(f"module 'memopt.adapters.training' has no attribute {name!r}")
 
 
 class TrainingCaptureError(MemoptError):

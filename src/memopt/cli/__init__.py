@@ -2,7 +2,7 @@
 
 One sub-module per command family registers its sub-commands through ``register(subparsers)``
 (:mod:`memopt.cli.schedule`: ``schedule``, ``bound``, ``verify``; :mod:`memopt.cli.dtr`:
-``dtr replay|sweep|explain``; :mod:`memopt.cli.cache`: ``cache experts|certify|verify|sweep|kv|record-attention|kv-eval``; :mod:`memopt.cli.remat`, :mod:`memopt.cli.onnx`); output goes through the shared helpers of
+``dtr replay|sweep|explain``; :mod:`memopt.cli.cache`: ``cache experts|certify|verify|sweep|kv|record-attention|kv-eval``; :mod:`memopt.cli.remat`, :mod:`memopt.cli.onnx`, :mod:`memopt.cli.train`: ``train-remat``); output goes through the shared helpers of
 :mod:`memopt.cli._output`. Building the parser imports no solver, no kernel, no numba and
 no numpy: each command imports what it drives when it runs.
 
@@ -41,7 +41,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``memopt`` argument parser (cheap: imports no solver, kernel or numpy)."""
-    from memopt.cli import cache, dtr, remat, schedule
+    from memopt.cli import cache, dtr, remat, schedule, train
     from memopt.cli import onnx as onnx_cli
 
     parser = _Parser(
@@ -58,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     cache.register(sub)
     remat.register(sub)
     onnx_cli.register(sub)
+    train.register(sub)
     return parser
 
 

@@ -1,0 +1,686 @@
+"""Recomputation in a real PyTorch training step: memopt decides what the forward saves and
+what the backward recomputes, and the step runs exactly that plan.
+
+**Realizable model.** :func:`plan` captures the step as AOTAutograd's joint graph
+(:func:`memopt.adapters.training.capture`) and hands :func:`memopt.remat` a copy of it with two
+constraints that make every plan the solver can return one that a forward program followed by a
+backward program can run:
+
+* a *barrier*: a zero-byte tensor produced by an op (cost 0, never recomputed) that reads the
+  loss and the new buffer values, and that every backward op reads. So every backward op runs
+  after the loss is known, as autograd does; whatever runs before the barrier is the forward
+  program, whatever runs after it the backward program;
+* *caps*: a forward op may run at most twice (once, then once more wherever the plan frees and
+  rebuilds its result); a backward op, an op drawing random numbers (``dropout``: a second
+  draw would differ) and the barrier run once.
+
+The tensors live at the barrier (other than the parameters, buffers, inputs, the loss and the
+new buffer values) are the **saved** tensors; the forward ops run a second time are the
+**recomputed** ones. The plan is realized as two ``torch.fx.GraphModule`` programs built here
+from the joint graph's own nodes, in the plan's order of runs (a recomputation is a copy of
+the node placed where the plan runs it): the forward takes the parameters, buffers and inputs
+and returns the loss, the new buffer values and the saved tensors; the backward takes the
+saved tensors (in a list it clears, ``torch.fx``'s boxed calling convention, so each is freed
+at its last use) and the parameters and inputs it reads, and returns the gradients. FX's
+generated code drops every value right after its last use, which is the model's "free as
+early as possible" (:func:`memopt.remat.plan_from_runs`), so the modelled peak of the realized
+run sequence is the peak the step allocates. Ops' workspaces are the library transients
+:func:`memopt.adapters.training.measure` finds (a convolution's scratch), so they move with
+every run of their op.
+
+What this does not express: a recomputation by the *backward* of a backward op (torch's
+partitioners cannot either), and a plan that starts the backward before the loss is known.
+The step is executed by these two programs (eager ATen calls, no autograd), not by
+``loss.backward()``; the kernels are the eager step's, so the loss and the gradients are
+those of the unmodified step (the tests compare them bit for bit).
+
+**Compiled.** :attr:`TrainingPlan.backend` is a ``torch.compile`` backend (AOTAutograd with
+eager, boxed compilers) whose partitioner returns the same two programs in AOTAutograd's
+calling convention, after matching the joint graph Dynamo traced to the captured one by
+structure (:func:`_match_joint`). AOTAutograd writes updated buffers before the backward runs,
+so a backward recomputation reading one cannot run there: ``plan(..., compiled=True)``
+excludes it, and the backend refuses it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from fractions import Fraction
+from typing import Any, Callable
+
+from memopt.core import Op, Tensor, TensorGraph
+from memopt.errors import InternalError, OptionError
+from memopt.adapters.training import TrainingGraph, _torch, capture, measure
+
+__all__ = ["plan", "TrainingPlan", "realizable_graph", "BARRIER"]
+
+#: Name of the barrier op and of its zero-byte tensor (see the module docstring).
+BARRIER = "memopt.forward_done"
+
+
+# ----------------------------------------------------------------------------- the model
+def realizable_graph(tg: TrainingGraph) -> tuple[TensorGraph, dict]:
+    """The remat instance whose plans a forward program and a backward program realize.
+
+    Parameters
+    ----------
+    tg : TrainingGraph
+        A captured step (op workspaces as wanted, e.g. its measured transients).
+
+    Returns
+    -------
+    (TensorGraph, dict)
+        The graph with the barrier op and tensor :data:`BARRIER` (read by every backward op),
+        and the per-op caps ``{op name: k}`` for :func:`memopt.remat` (1 for a forward op that
+        draws no random numbers, else 0).
+    """
+    torch = _torch()
+    fwd_outs = [tg.loss, *tg.buffer_updates]
+    reads = tuple(dict.fromkeys(r for t in fwd_outs for r in (t, tg.views.get(t, t))))
+    ops = []
+    caps = {BARRIER: 0}
+    for o in tg._ops:
+        if tg.phase[o.name] == "backward":
+            ops.append(dataclasses.replace(o, inputs=(*o.inputs, BARRIER)))
+            caps[o.name] = 0
+        else:
+            ops.append(o)
+            target = tg.nodes[o.name].target
+            caps[o.name] = 0 if torch.Tag.nondeterministic_seeded in getattr(target, "tags", ()) else 1
+    last_fwd = max(i for i, o in enumerate(ops) if tg.phase[o.name] == "forward")
+    ops.insert(last_fwd + 1, Op(BARRIER, reads, (BARRIER,), cost=0))
+    tensors = (*tg._tensors, Tensor(BARRIER, 0))
+    return TensorGraph.build(tensors, ops, name=tg.graph.name), caps
+
+
+# ----------------------------------------------------------------------------- realization
+@dataclass(frozen=True)
+class _Programs:
+    """The two programs of a plan and how the step feeds them."""
+
+    forward: Any                 # GraphModule: (*joint args) -> (loss, *updates, *saved)
+    backward: Any                # GraphModule, boxed: [inputs] -> (*gradients, *rebuilt loss or updates)
+    n_named: int                 # 1 + number of buffer updates: the forward outputs before the saved ones
+    backward_inputs: tuple       # ("arg", i) joint argument i, or ("saved", j) saved tensor j
+    saved: tuple                 # names of the saved tensors' FX nodes
+    outputs: tuple               # (tensor name, "forward" or "backward", output index) of the step's results
+    named: tuple = ()             # tensor names of the forward's first n_named outputs
+
+
+def _tensor_name(node) -> str:
+    """The graph tensor a joint-graph node stands for (capture names a selected output after
+    the last ``getitem`` that selects it)."""
+    if node.target is operator.getitem:
+        base, idx = node.args
+        return [u.name for u in base.users if u.target is operator.getitem and u.args[1] == idx][-1]
+    return node.name
+
+
+def _programs(tg: TrainingGraph, runs: list[str]) -> _Programs:
+    """Build the forward and backward ``GraphModule`` s running ``runs`` (op names, the barrier
+    among them) from the joint graph's nodes."""
+    torch = _torch()
+    from torch.fx.graph import _BoxedCodeGen
+
+    joint = tg.module.graph
+    position = {n: i for i, n in enumerate(joint.nodes)}
+    selectors = {n: sorted((u for u in n.users if u.target is operator.getitem), key=position.get)
+                 for n in tg.nodes.values()}
+    placeholders = [n for n in joint.nodes if n.op == "placeholder"]
+    out_node = next(n for n in joint.nodes if n.op == "output")
+
+    node_of = {n.name: n for n in joint.nodes}
+
+    def producer(n):
+        return n.args[0] if n.target is operator.getitem else n
+
+    def owner_op(a):
+        """The op whose result a view node ``a`` shares storage with (None: not a view, or a
+        view of a parameter, buffer or input, which never changes)."""
+        base = tg.views.get(_tensor_name(a)) if a.op != "placeholder" else None
+        op = producer(node_of[base]) if base is not None else None
+        return op if op is not None and op.op != "placeholder" else None
+
+    fw, bw = torch.fx.Graph(), torch.fx.Graph()
+    fw_env = {}
+    for p in placeholders:
+        fw_env[p] = fw.placeholder(p.name)
+        fw_env[p].meta = dict(p.meta)
+    bw_env: dict = {}
+    bw_inputs: list = []
+    saved: list = []
+    state = dict(graph=fw, env=fw_env, last_input=None, first_op=None)
+    productions: dict = {}   # op node -> runs so far
+    made_from: dict = {}     # view node -> runs of its owner op when its current copy was made
+
+    def bw_input(a):
+        if a in placeholders:
+            source = ("arg", placeholders.index(a))
+        elif a in fw_env:
+            source = ("saved", len(saved))
+            saved.append(a)
+        else:
+            raise InternalError("train-remat-read", f"the backward reads {a.name!r}, which no run produced")
+        anchor = state["last_input"]
+        ctx = bw.inserting_after(anchor) if anchor is not None else (
+            bw.inserting_before(state["first_op"]) if state["first_op"] is not None else bw.inserting_after(None))
+        with ctx:
+            ph = bw.placeholder(a.name)
+        ph.meta = dict(a.meta)
+        state["last_input"] = ph
+        bw_env[a] = ph
+        bw_inputs.append(source)
+        return ph
+
+    def lookup(a):
+        op = owner_op(a)
+        if op is not None and made_from.get(a) != productions.get(op):
+            # a view of a tensor the plan rebuilt: derive it again from the new copy, as the
+            # model's readers of a view read its base (a metadata-only call, no bytes)
+            emit(producer(a))
+            return state["env"][a]
+        if a in state["env"]:
+            return state["env"][a]
+        if state["graph"] is bw:
+            return bw_input(a)
+        raise InternalError("train-remat-read", f"the forward reads {a.name!r} before any run produced it")
+
+    def emit(node):
+        graph, env = state["graph"], state["env"]
+        new = graph.node_copy(node, lookup)
+        if graph is bw and state["first_op"] is None:
+            state["first_op"] = new
+        env[node] = new
+        for g in selectors[node]:
+            env[g] = graph.node_copy(g, lookup)
+        for x in (node, *selectors[node]):
+            op = owner_op(x)
+            if op is not None:
+                made_from[x] = productions.get(op)
+
+    for name in runs:
+        if name == BARRIER:
+            state.update(graph=bw, env=bw_env)
+            continue
+        node = tg.nodes[name]
+        productions[node] = productions.get(node, 0) + 1
+        emit(node)
+
+    outputs = [a for a in torch.utils._pytree.tree_leaves(out_node.args) if isinstance(a, torch.fx.Node)]
+    updates = [a for a in outputs if _tensor_name(a) in tg.buffer_updates]
+    loss = [a for a in outputs if _tensor_name(a) == tg.loss]
+    grads = [a for a in outputs if _tensor_name(a) in tg.gradients]
+    # a step result is its last production: a loss or buffer update the backward rebuilt comes
+    # from there (the forward's copy was freed at the barrier, as the plan frees it)
+    named = [*loss, *updates]
+    rebuilt = [a for a in named if a in bw_env and bw_env[a].op != "placeholder"]
+    results = [(_tensor_name(a), "forward", i) for i, a in enumerate(named) if a not in rebuilt]
+    results += [(_tensor_name(a), "backward", i) for i, a in enumerate([*grads, *rebuilt])]
+    state.update(graph=bw, env=bw_env)
+    bw.output(tuple(lookup(a) for a in (*grads, *rebuilt)))
+    # the forward's own copies, as the barrier and the backward's inputs took them
+    fw.output(tuple(fw_env[a] for a in (*named, *saved)))
+    bw.set_codegen(_BoxedCodeGen())
+    root = torch.nn.Module()
+    fwm, bwm = torch.fx.GraphModule(root, fw), torch.fx.GraphModule(root, bw)
+    return _Programs(forward=fwm, backward=bwm, n_named=len(named), backward_inputs=tuple(bw_inputs),
+                     saved=tuple(a.name for a in saved), outputs=tuple(results),
+                     named=tuple(_tensor_name(a) for a in named))
+
+
+# ----------------------------------------------------------------------------- report
+@dataclass(frozen=True)
+class TrainingPlan:
+    """A recomputation plan for one training step, and the step that runs it.
+
+    Attributes
+    ----------
+    status : str
+        :func:`memopt.remat`'s status (``optimal``, ``feasible``, ``infeasible``, ``unknown``).
+    modelled_peak : int or None
+        Bytes above the parameters, buffers and inputs at the step's peak, as modelled for the
+        realized programs (library transients included).
+    peak : int or None
+        The same, measured by the CPU allocator in one step after a warm-up step (``None``
+        when ``plan(..., measure=False)``).
+    baseline_peak : int
+        The modelled peak of the captured order without recomputation (what ratios refer to).
+    memory_limit, cost_budget : int or None
+        The question asked (``memory_limit`` in bytes above the parameters, buffers, inputs).
+    extra_flops : int or Fraction or None
+        Cost of the recomputations (FLOPs from ``torch.utils.flop_counter``; element counts for
+        ops without a formula).
+    lower_bound : int or Fraction or None
+        memopt's lower bound on ``extra_flops`` at this memory limit (``memory_limit`` /
+        ``memory_ratio`` questions), or on the modelled peak (``cost_budget``).
+    saved, recomputed : tuple of str
+        Forward values kept for the backward (FX node names) and ops run a second time.
+    runs : tuple of str
+        The plan's runs in order (the barrier :data:`BARRIER` between forward and backward).
+    """
+
+    status: str
+    modelled_peak: int | None
+    peak: int | None
+    baseline_peak: int
+    memory_limit: int | None
+    cost_budget: object
+    extra_flops: object
+    lower_bound: object
+    saved: tuple
+    recomputed: tuple
+    runs: tuple
+    seconds: float
+    remat: Any = field(repr=False, default=None)
+    graph: Any = field(repr=False, default=None)
+    capture: Any = field(repr=False, default=None)
+    _programs: Any = field(repr=False, default=None)
+    _model: Any = field(repr=False, default=None)
+    _user_positions: tuple = field(repr=False, default=())
+    _loss_fn: Any = field(repr=False, default=None)
+    _n_inputs: int = field(repr=False, default=0)
+
+    def to_dict(self) -> dict:
+        """JSON-ready fields (exact numbers: a Fraction as ``"p/q"``)."""
+        from memopt.remat.result import json_number
+
+        keys = ("peak", "modelled_peak", "baseline_peak", "memory_limit", "cost_budget", "extra_flops", "lower_bound")
+        doc = {"status": self.status, **{k: json_number(getattr(self, k)) for k in keys}, "seconds": self.seconds}
+        doc.update(saved=list(self.saved), recomputed=list(self.recomputed), method=self.remat.method if self.remat
+                   else None, ops=self.capture.graph.num_ops, resident_bytes=self.capture.graph.resident_bytes)
+        return doc
+
+    def _need_plan(self):
+        if self._programs is None:
+            raise OptionError(f"no plan to run: the step's plan is {self.status}")
+        return self._programs
+
+    def step(self, *inputs):
+        """Run one training step with the plan: forward, loss, backward; gradients are added to
+        the parameters' ``.grad`` (set when ``None``) and the new buffer values (batch-norm
+        statistics) copied into the buffers, as ``loss.backward()`` and the modules do.
+
+        Parameters
+        ----------
+        *inputs : torch.Tensor
+            The step's inputs followed by its targets, shaped as the example ones (default:
+            the example tensors given to :func:`plan`).
+
+        Returns
+        -------
+        torch.Tensor
+            The loss.
+        """
+        torch = _torch()
+        prog = self._need_plan()
+        args = list(self.capture.args)
+        if inputs:
+            if len(inputs) != len(self._user_positions):
+                raise OptionError(f"step takes {len(self._user_positions)} tensors (inputs, then targets), "
+                                  f"got {len(inputs)}")
+            for k, (i, x) in enumerate(zip(self._user_positions, inputs)):
+                ex = args[i]
+                if not isinstance(x, torch.Tensor) or x.shape != ex.shape or x.dtype != ex.dtype:
+                    raise OptionError(f"step input {k} must be a {ex.dtype} tensor of shape {tuple(ex.shape)}, "
+                                      f"got {getattr(x, 'dtype', type(x).__name__)} {tuple(getattr(x, 'shape', ()))}")
+                args[i] = x
+        params = dict(self._model.named_parameters(prefix="model", remove_duplicate=False))
+        buffers = dict(self._model.named_buffers(prefix="model", remove_duplicate=False))
+        results = {}
+        with torch.no_grad():
+            named = list(prog.forward(*args))
+            saved = named[prog.n_named:]
+            del named[prog.n_named:]
+            boxed = [args[j] if kind == "arg" else saved[j] for kind, j in prog.backward_inputs]
+            saved.clear()
+            results.update((t, named[i]) for t, where, i in prog.outputs if where == "forward")
+            named.clear()  # the copies the backward rebuilds are freed here, at the barrier
+            outs = prog.backward(boxed)
+            results.update((t, outs[i]) for t, where, i in prog.outputs if where == "backward")
+            del outs
+            for tname, param in self.capture.gradients.items():
+                g, p = results.pop(tname), params[param]
+                if p.grad is None:
+                    p.grad = g
+                else:
+                    p.grad.add_(g)
+                del g
+            for tname, buffer in self.capture.buffer_updates.items():
+                buffers[buffer].copy_(results[tname])
+        return results[self.capture.loss]
+
+    @property
+    def backend(self):
+        """A ``torch.compile`` backend running this plan: AOTAutograd with a partitioner that
+        returns the plan's two programs (see :func:`_partition`) and eager, boxed programs (as
+        ``aot_eager``). It refuses (:class:`~memopt.errors.OptionError`) a compiled step whose
+        joint graph is not the planned one; compile :meth:`compile`'s function."""
+        from torch._dynamo.backends.common import aot_autograd
+        from torch._dynamo.backends.debugging import boxed_nop
+
+        self._need_plan()
+
+        def partition(joint, joint_inputs, *, num_fwd_outputs, **_):
+            return _partition(self, joint, num_fwd_outputs)
+
+        return aot_autograd(fw_compiler=boxed_nop, bw_compiler=boxed_nop, partition_fn=partition)
+
+    def compile(self, backend=None):
+        """The step's loss as a ``torch.compile`` d function of the inputs then the targets:
+        ``loss = f(*inputs, *targets); loss.backward()`` is one training step with the plan.
+
+        Parameters
+        ----------
+        backend : optional
+            Default :attr:`backend`; ``"aot_eager"`` gives the stock compiled step to compare with.
+
+        Returns
+        -------
+        callable
+        """
+        from memopt.adapters.training import _loss_of
+
+        torch = _torch()
+        model, loss_fn, k = self._model, self._loss_fn, self._n_inputs
+
+        def step(*args):
+            return _loss_of(model(*args[:k]), loss_fn, torch, args[k:])
+
+        # static shapes: the plan is for the planned ones (Dynamo would otherwise recompile with
+        # symbolic sizes after seeing this code object with other shapes)
+        return torch.compile(step, backend=self.backend if backend is None else backend, dynamic=False)
+
+    def measure(self, *inputs) -> int:
+        """The measured peak of one step (after a warm-up step): the most CPU bytes allocated
+        during :meth:`step` above the level at its start (parameters, buffers and inputs
+        excluded). Before each step the parameters' ``.grad`` are set to ``None``, as
+        ``optimizer.zero_grad()`` does, so the peak counts the new gradients, as the model
+        does (gradients are outputs of the step). Leaves ``.grad`` and the buffers updated."""
+        from memopt.adapters.inductor import measure_peak
+
+        self.step(*inputs)
+        self._model.zero_grad(set_to_none=True)
+        peak, _ = measure_peak(lambda: self.step(*inputs))
+        return int(peak)
+
+
+# ----------------------------------------------------------------------------- planning
+def _limit(memory_limit, memory_ratio, cost_budget, baseline: int) -> tuple[int | None, object]:
+    given = [k for k, v in (("memory_limit", memory_limit), ("memory_ratio", memory_ratio),
+                            ("cost_budget", cost_budget)) if v is not None]
+    if len(given) != 1:
+        raise OptionError("give exactly one of memory_limit, memory_ratio, cost_budget"
+                          + (f" (got {', '.join(given)})" if given else ""))
+    if memory_ratio is not None:
+        try:
+            r = Decimal(str(memory_ratio))
+        except (InvalidOperation, ValueError):
+            raise OptionError(f"memory_ratio must be a number, got {memory_ratio!r}") from None
+        if isinstance(memory_ratio, bool) or not r.is_finite() or r <= 0 or r > 1:
+            raise OptionError(f"memory_ratio must be finite, > 0 and <= 1, got {memory_ratio!r}")
+        return int(Fraction(r) * baseline), None
+    if memory_limit is not None:
+        if isinstance(memory_limit, bool) or not isinstance(memory_limit, int) or memory_limit < 0:
+            raise OptionError(f"memory_limit must be an integer number of bytes >= 0, got {memory_limit!r}")
+        return memory_limit, None
+    if isinstance(cost_budget, bool) or not isinstance(cost_budget, (int, Fraction)) or cost_budget < 0:
+        raise OptionError(f"cost_budget must be an integer (FLOPs) >= 0, got {cost_budget!r}")
+    return None, cost_budget
+
+
+def plan(model, inputs, loss_fn: Callable | None = None, *, targets=(), memory_limit: int | None = None,
+         memory_ratio=None, cost_budget=None, time_limit: float = 60.0, method: str = "auto",
+         measure_step: bool = True, seed: int = 0, captured: TrainingGraph | None = None,
+         compiled: bool = False) -> TrainingPlan:
+    """Plan what one training step of ``model`` saves and recomputes, and realize it.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        In the mode to train in (``model.train()``).
+    inputs : torch.Tensor or tuple of torch.Tensor
+        Example inputs (the step's shapes).
+    loss_fn : callable, optional
+        ``loss_fn(model(*inputs), *targets)`` -> one-element tensor (as
+        :func:`memopt.adapters.training.capture`).
+    targets : tuple of torch.Tensor, optional
+        Tensors given to ``loss_fn`` only (labels).
+    memory_limit : int, optional
+        Bytes the step may allocate above the parameters, buffers and inputs (the measured
+        peak's reference): minimum extra FLOPs under this limit.
+    memory_ratio : number, optional
+        The limit as a fraction (0, 1] of :attr:`TrainingPlan.baseline_peak`.
+    cost_budget : int, optional
+        Extra FLOPs allowed: minimum peak under this budget.
+    time_limit : float
+        Seconds for :func:`memopt.remat` (capture and measurement come on top).
+    method : str
+        A :func:`memopt.remat` method (default ``auto``).
+    measure_step : bool
+        Run two steps and measure the second one's peak (:attr:`TrainingPlan.peak`); this
+        updates ``.grad`` and the buffers of ``model``.
+    seed : int
+    captured : TrainingGraph, optional
+        ``capture(model, inputs, loss_fn, targets=targets)`` made before (several limits on
+        one step capture it once); its op workspaces are replaced by the measured transients.
+    compiled : bool
+        Keep the plan runnable by :attr:`TrainingPlan.backend` too: an op reading a buffer the
+        step updates is not run twice (AOTAutograd writes the buffers before the backward).
+
+    Returns
+    -------
+    TrainingPlan
+
+    Raises
+    ------
+    OptionError
+        Not exactly one of ``memory_limit``, ``memory_ratio``, ``cost_budget``, or a bad value.
+    TrainingCaptureError
+        The step cannot be captured (one line naming the op).
+    """
+    import time
+
+    import memopt
+    from memopt.clock import check_time_limit
+    from memopt.remat import check_plan, plan_from_runs
+
+    torch = _torch()
+    time_limit = check_time_limit(time_limit, "time_limit")
+    _limit(memory_limit, memory_ratio, cost_budget, 0)  # reject bad options before the capture
+    t0 = time.perf_counter()
+    inputs = (inputs,) if isinstance(inputs, torch.Tensor) else tuple(inputs)
+    targets = (targets,) if isinstance(targets, torch.Tensor) else tuple(targets)
+    tg = captured if captured is not None else capture(model, inputs, loss_fn, targets=targets)
+    tg = tg.with_workspace(measure(tg).transients)
+    graph, caps = realizable_graph(tg)
+    if compiled:
+        buffers = dict(model.named_buffers(prefix="model", remove_duplicate=False))
+        mutated = {id(buffers[b]) for b in tg.buffer_updates.values() if b in buffers}
+        reads = {n.name for n, a in zip((n for n in tg.module.graph.nodes if n.op == "placeholder"), tg.args)
+                 if id(a) in mutated}
+        caps.update((o.name, 0) for o in tg._ops if reads.intersection(o.inputs))
+    resident = graph.resident_bytes
+    baseline = tg.modelled_peak()
+    limit, budget = _limit(memory_limit, memory_ratio, cost_budget, baseline)
+    if budget is not None:
+        res = memopt.remat(graph, cost_budget=budget, cap=caps, time_limit=time_limit, method=method, seed=seed)
+        lower = None if res.lower_bound is None else res.lower_bound - resident
+    else:
+        res = memopt.remat(graph, memory_limit=limit + resident, cap=caps, time_limit=time_limit, method=method,
+                           seed=seed)
+        lower = res.cost_lower_bound
+    user = [i for x in inputs + targets for i, a in enumerate(tg.args) if a is x][:len(inputs + targets)]
+    common = dict(baseline_peak=baseline, memory_limit=limit, cost_budget=budget, lower_bound=lower, remat=res,
+                  graph=graph, capture=tg, _model=model, _user_positions=tuple(user), _loss_fn=loss_fn,
+                  _n_inputs=len(inputs))
+    if res.plan is None:
+        return TrainingPlan(status=res.status, modelled_peak=None, peak=None, extra_flops=None, saved=(),
+                            recomputed=(), runs=(), seconds=time.perf_counter() - t0, **common)
+    runs = [graph.op_names[i] for i in res.plan.runs().tolist()]
+    realized = plan_from_runs(graph, runs)
+    capk = [caps[n] for n in graph.op_names]
+    peak, extra = check_plan(graph, realized, cap=capk)
+    progs = _programs(tg, runs)
+    seen: set = set()
+    recomputed = tuple(dict.fromkeys(n for n in runs if n in seen or seen.add(n)))
+    rep = TrainingPlan(status=res.status, modelled_peak=int(peak) - resident, peak=None, extra_flops=extra,
+                       saved=progs.saved, recomputed=recomputed, runs=tuple(runs),
+                       seconds=time.perf_counter() - t0, _programs=progs, **common)
+    if measure_step:
+        rep = dataclasses.replace(rep, peak=rep.measure())
+    return rep
+
+
+# ----------------------------------------------------------------------------- compiled realization
+def _canonical_nodes(graph, seeds: set, loss: set) -> tuple[list, dict]:
+    """The ATen calls of a joint graph that compute something, each with its arguments mapped
+    to their canonical producers: a ``detach`` or a view of the same shape resolves to its
+    input; ``seeds`` (placeholders standing for the backward's seed) and a ``ones_like`` of a
+    node of ``loss`` resolve to the token ``"seed"``, a ``getitem`` to ``("item", call, index)``."""
+    torch = _torch()
+    resolve: dict = {}
+    calls = []
+    aten = torch.ops.aten
+    same_view = (aten.view.default, aten.reshape.default, aten._unsafe_view.default, aten.alias.default)
+
+    def res(a):
+        return resolve.get(a, a) if isinstance(a, torch.fx.Node) else a
+
+    for n in graph.nodes:
+        if n in seeds:
+            resolve[n] = "seed"
+        elif n.op != "call_function":
+            continue
+        elif n.target is aten.detach.default or (
+                n.target in same_view and tuple(n.meta["val"].shape) == tuple(n.args[0].meta["val"].shape)):
+            resolve[n] = res(n.args[0])
+        elif n.target is aten.ones_like.default and (n.args[0] in loss or res(n.args[0]) in loss):
+            resolve[n] = "seed"
+        elif n.target is operator.getitem:  # graphs select a call's outputs in different orders
+            resolve[n] = ("item", res(n.args[0]), n.args[1])
+        else:
+            calls.append(n)
+    return calls, resolve
+
+
+def _match_joint(tg: TrainingGraph, joint) -> tuple[dict, dict]:
+    """Map the nodes of the joint graph ``torch.compile`` hands a partitioner to the captured
+    graph's, by structure: the same ATen calls in the same order on matching arguments (an
+    input is matched to the captured input in the same argument position of the first call
+    reading it; its shape and dtype must agree).
+
+    Returns
+    -------
+    (dict, dict)
+        Joint node -> captured node, and the captured graph's canonical producers
+        (:func:`_canonical_nodes`).
+
+    Raises
+    ------
+    OptionError
+        The compiled step traces a different computation (naming the first differing call).
+    """
+    torch = _torch()
+    leaves = torch.utils._pytree.tree_leaves
+    cap_ph = [n for n in tg.module.graph.nodes if n.op == "placeholder"]
+    ph = [n for n in joint.graph.nodes if n.op == "placeholder"]
+    primals = [n for n in ph if not n.name.startswith("tangents")]
+    tangents = [n for n in ph if n.name.startswith("tangents")]
+    loss = {n for n in tg.module.graph.nodes if n.op == "call_function" and _tensor_name(n) == tg.loss}
+    cap_calls, cap_res = _canonical_nodes(tg.module.graph, set(), loss)
+    j_calls, j_res = _canonical_nodes(joint.graph, set(tangents), set())
+    mapping: dict = {"seed": "seed"}
+    arg_of = dict(zip(cap_ph, tg.args))
+
+    def same(ja, ca) -> bool:
+        ja = j_res.get(ja, ja) if isinstance(ja, torch.fx.Node) else ja
+        ca = cap_res.get(ca, ca) if isinstance(ca, torch.fx.Node) else ca
+        if ja in primals and ja not in mapping and ca in arg_of and ca not in mapping.values():
+            val, real = ja.meta["val"], arg_of[ca]
+            if tuple(val.shape) == tuple(real.shape) and val.dtype == real.dtype:
+                mapping[ja] = ca
+        if isinstance(ja, tuple) and isinstance(ca, tuple):
+            return ja[0] == ca[0] == "item" and mapping.get(ja[1]) is ca[1] and ja[2] == ca[2]
+        if isinstance(ja, torch.fx.Node) or ja == "seed":
+            return mapping.get(ja) is ca or mapping.get(ja) == ca
+        return type(ja) is type(ca) and ja == ca
+
+    for k, (j, c) in enumerate(zip(j_calls, cap_calls)):
+        jl, cl = leaves((j.args, j.kwargs)), leaves((c.args, c.kwargs))
+        if j.target is not c.target or len(jl) != len(cl) or not all(same(x, y) for x, y in zip(jl, cl)):
+            raise OptionError(f"the compiled step differs from the planned one at call {k} ({j.name}: "
+                              f"{j.target} against {c.name}: {c.target})")
+        mapping[j] = c
+    if len(j_calls) != len(cap_calls) or len(primals) != len(cap_ph) or not all(p in mapping for p in primals):
+        raise OptionError(f"the compiled step ({len(j_calls)} ATen calls, {len(primals)} inputs) is not the planned "
+                          f"one ({len(cap_calls)} calls, {len(cap_ph)} inputs): compile TrainingPlan.compile's "
+                          "function with the planned shapes")
+    for j, r in j_res.items():
+        if isinstance(r, tuple):
+            mapping[j] = ("item", mapping[r[1]], r[2])
+        elif r != "seed":
+            mapping[j] = mapping.get(r, r)
+    return mapping, cap_res
+
+
+def _partition(rep: "TrainingPlan", joint, num_fwd_outputs: int):
+    """AOTAutograd's two programs for ``rep``'s plan: the forward returns the compiled step's
+    forward outputs then the saved tensors (the plan's, then the inputs the backward reads);
+    the backward takes the saved tensors then the tangent (the loss's seed) and returns one
+    gradient (or ``None``) per input."""
+    torch = _torch()
+    tg, prog = rep.capture, rep._need_plan()
+    mapping, cap_res = _match_joint(tg, joint)
+    cap_node = {n.name: n for n in tg.module.graph.nodes}
+    cap_ph = [n for n in tg.module.graph.nodes if n.op == "placeholder"]
+    primals = [n for n in joint.graph.nodes if n.op == "placeholder" and not n.name.startswith("tangents")]
+    order = [cap_ph.index(mapping[p]) for p in primals]
+    j_out = next(n for n in joint.graph.nodes if n.op == "output").args[0]
+    fw_index = {cap_res.get(cap_node[t], cap_node[t]): i for i, t in enumerate(prog.named)}
+    fw_graph = torch.fx.Graph()
+    old_out = fw_graph.graph_copy(prog.forward.graph, {}, return_output_node=True)[0]
+    fw_ph = [n for n in fw_graph.nodes if n.op == "placeholder"]
+    first = next(n for n in fw_graph.nodes if n.op != "placeholder")
+    for i in order:
+        first.prepend(fw_ph[i])
+    arg_reads = list(dict.fromkeys(j for kind, j in prog.backward_inputs if kind == "arg"))
+    buffers = dict(rep._model.named_buffers(prefix="model", remove_duplicate=False))
+    mutated = {id(buffers[b]) for b in tg.buffer_updates.values() if b in buffers}
+    for j in arg_reads:
+        if id(tg.args[j]) in mutated:
+            raise OptionError(f"the plan recomputes in the backward an op reading {cap_ph[j].name!r}, a buffer the "
+                              "step updates; AOTAutograd writes it before the backward runs: use TrainingPlan.step")
+    named = [old_out[fw_index[mapping[o]]] for o in j_out[:num_fwd_outputs]]
+    fw_graph.output((*named, *old_out[prog.n_named:], *(fw_ph[j] for j in arg_reads)))
+    root = torch.nn.Module()
+    fw = torch.fx.GraphModule(root, fw_graph)
+
+    bw_graph = torch.fx.Graph()
+    grads = bw_graph.graph_copy(prog.backward.graph, {}, return_output_node=True)[0]
+    bw_ph = [n for n in bw_graph.nodes if n.op == "placeholder"]
+    bw_order = sorted(range(len(bw_ph)), key=lambda k: (prog.backward_inputs[k][0] == "arg",
+                                                    prog.backward_inputs[k][1] if prog.backward_inputs[k][0] ==
+                                                    "saved" else arg_reads.index(prog.backward_inputs[k][1])))
+    first = next(n for n in bw_graph.nodes if n.op != "placeholder")
+    for k in bw_order:
+        first.prepend(bw_ph[k])
+    with bw_graph.inserting_before(first):
+        tangent = bw_graph.placeholder("tangents_1")
+    tangent.meta = dict(next(n for n in joint.graph.nodes if n.name.startswith("tangents")).meta)
+    seeds = [n for n in bw_graph.nodes if n.target is torch.ops.aten.ones_like.default]
+    if len(seeds) != 1:
+        raise InternalError("train-remat-seed", f"the backward has {len(seeds)} seeds, expected 1")
+    seeds[0].replace_all_uses_with(tangent)
+    bw_graph.erase_node(seeds[0])
+    grad_at = {t: i for t, where, i in prog.outputs if where == "backward"}
+    # the captured graph's first inputs are the parameters, in named_parameters order
+    param_of = [name for name, _ in rep._model.named_parameters(prefix="model")]
+    tname_of = {v: t for t, v in tg.gradients.items()}
+    outs = [None if g is None else grads[grad_at[tname_of[param_of[order[i]]]]]
+            for i, g in enumerate(j_out[num_fwd_outputs:])]
+    bw_graph.output(tuple(outs))
+    bw_graph.eliminate_dead_code()  # a loss or buffer update the plan rebuilt: AOTAutograd takes the forward's
+    return fw, torch.fx.GraphModule(root, bw_graph)
