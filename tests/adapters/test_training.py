@@ -18,6 +18,7 @@ torch = pytest.importorskip("torch")
 import memopt  # noqa: E402
 from memopt.adapters import training  # noqa: E402
 from memopt.core import validate_order  # noqa: E402
+from _torch_models import CNN  # noqa: E402
 
 
 class MLP(torch.nn.Module):
@@ -29,19 +30,6 @@ class MLP(torch.nn.Module):
 
     def forward(self, x):
         return self.l2(torch.relu(self.bn(self.l1(x))))
-
-
-class CNN(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.c1 = torch.nn.Conv2d(3, 16, 3, padding=1)
-        self.bn = torch.nn.BatchNorm2d(16)
-        self.c2 = torch.nn.Conv2d(16, 32, 3, stride=2, padding=1)
-        self.fc = torch.nn.Linear(32, 10)
-
-    def forward(self, x):
-        h = torch.nn.functional.relu(self.bn(self.c1(x)), inplace=True)
-        return self.fc(torch.relu(self.c2(h)).mean((2, 3)))
 
 
 def _capture(model_cls, x):

@@ -10,12 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
-kvpress = pytest.importorskip("kvpress", reason="kvpress is not installed (pip install 'memopt[kvpress]')")
-if tuple(int(x) for x in transformers.__version__.split(".")[:2]) >= (5, 3):
-    pytest.skip(f"kvpress 0.5.5 runs on transformers < 5.3, found {transformers.__version__} "
-                "(pip install 'memopt[kvpress]' installs a matching one)", allow_module_level=True)
+from _kvpress_env import require_kvpress
+
+torch, transformers, kvpress = require_kvpress()
 
 from kvpress import (KnormPress, KVPressTextGenerationPipeline, ObservedAttentionPress,  # noqa: E402
                      SnapKVPress, StreamingLLMPress, TOVAPress)
