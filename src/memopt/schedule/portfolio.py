@@ -74,9 +74,8 @@ class Session:
         #: end compares with)
         self.check_seconds = VERIFY_SECONDS_PER_ITEM * (problem.dag.n + int(problem.dag.pred_ptr[-1]))
         self._reserve_cap = 0.5 * float(time_limit)
-        self._reserve = min(self._reserve_cap, self.check_seconds)
-        self.deadline = self.t0 + float(time_limit) - self._reserve
-        self.end = self.t0 + float(time_limit)  # the call's own end, the check included
+        # the call's own end, the check included; the methods' time ends check_reserve() before it
+        self.end = self.t0 + float(time_limit)
         self._wall0, self._cpu0 = time.perf_counter(), time.process_time()
         self.seed = seed
         self.progress = progress
@@ -86,10 +85,10 @@ class Session:
         self.proven: int | None = None  # a bound proved by an exact method (no witness)
         self.stats: dict = {}
         #: seconds spent compiling (or loading) kernels since the clock started, each phase's
-        #: kernels right before it runs; the deadline is moved by as much
+        #: kernels right before it runs; the call's end is moved by as much
         self.compile_seconds = 0.0
         #: seconds spent importing a phase's modules on their first use in the process (Python
-        #: compiles them, like the kernels); the deadline is moved by as much
+        #: compiles them, like the kernels); the call's end is moved by as much
         self.import_seconds = 0.0
 
     # -------------------------------------------------------------- clock and state
@@ -150,7 +149,7 @@ class Session:
         """Run the block as phase ``name`` of the call: first import ``modules`` (the phase's
         own, on their first use in the process) and compile (or load) the kernels the phase
         runs compiled at this size (:func:`memopt._jit.warm` of ``"schedule:" + name``), then
-        move the deadline by the seconds that took, so that the phase's time limit is its
+        move the call's end by the seconds that took, so that the phase's time limit is its
         solve's. Kernels compiled mid-phase at the ski-rental switch of
         :func:`memopt._jit.choose` are given back the same way once the phase ends. A call
         therefore compiles only the phases it reaches; a phase never compiles on its clock."""
@@ -158,7 +157,6 @@ class Session:
 
         imported = import_first(modules)
         self.import_seconds += imported
-        self.deadline += imported
         self.end += imported
         kind = "schedule:" + name
         spent = _jit.warm(kind, self.problem.dag.n)
@@ -169,7 +167,6 @@ class Session:
         finally:
             spent += _jit.escalation_seconds() - before
             self.compile_seconds += spent
-            self.deadline += spent
             self.end += spent
 
     # -------------------------------------------------------------- running methods
