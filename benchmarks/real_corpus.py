@@ -97,7 +97,9 @@ def _gpt2(batch: int, seq: int):
     # the corpus never packs sequences
     mu.find_packed_sequence_indices = lambda position_ids: None
     torch.manual_seed(0)
-    lm = transformers.GPT2LMHeadModel(transformers.GPT2Config(**GPT2_CONFIG))
+    # positions: at least the sequence (the corpus's 128; longer sequences get their own table)
+    config = dict(GPT2_CONFIG, n_positions=max(GPT2_CONFIG["n_positions"], seq))
+    lm = transformers.GPT2LMHeadModel(transformers.GPT2Config(**config))
 
     class Logits(torch.nn.Module):
         def __init__(self):
