@@ -1,0 +1,64 @@
+"""The FLOP counts ``benchmarks/train_remat.py`` compares: the eager step counted by its dispatch
+mode against the captured joint graph's count, and what block checkpointing adds (real torch,
+tiny models; the benchmark itself runs in ``benchmarks/``)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from memopt.adapters import training  # noqa: E402
+
+from _torch_models import CNN  # noqa: E402
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "train_remat.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("train_remat_bench", BENCH)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up there
+    spec.loader.exec_module(mod)
+    yield mod
+    sys.modules.pop(spec.name, None)
+
+
+def _step(model, x, y):
+    def run():
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+    return run
+
+
+def test_eager_step_counts_the_joint_graphs_flops(bench):
+    torch.manual_seed(0)
+    model, x, y = CNN().train(), torch.randn(4, 3, 8, 8), torch.randint(0, 10, (4,))
+    tg = training.capture(model, x, torch.nn.functional.cross_entropy, targets=y)
+    flops, _ = bench.graph_flops(tg.module)
+    assert flops > 0
+    assert bench.eager_flops(_step(model, x, y)) == flops
+
+
+def test_block_checkpoint_adds_the_recomputed_forward_flops(bench):
+    from torch.utils.checkpoint import checkpoint
+
+    torch.manual_seed(0)
+    b, d = 8, 16
+    block = torch.nn.Sequential(torch.nn.Linear(d, d), torch.nn.Tanh(), torch.nn.Linear(d, d))
+    model = torch.nn.Sequential(torch.nn.Linear(d, d), block, torch.nn.Linear(d, 10)).train()
+    x, y = torch.randn(b, d), torch.randint(0, 10, (b,))
+    plain = bench.eager_flops(_step(model, x, y))
+    block.forward = (lambda f: lambda *a: checkpoint(f, *a, use_reentrant=False))(block.forward)
+    # the backward needs tanh's output (saved by tanh and by the second Linear): the block's first
+    # Linear (one addmm, 2*b*d*d FLOPs) runs again, then the recomputation stops early
+    assert bench.eager_flops(_step(model, x, y)) - plain == 2 * b * d * d
+
+
+@pytest.mark.parametrize("extra, bound, within", [(0, 0, True), (100, 95, True), (100, 90, False), (10, 0, False)])
+def test_bound_within_ten_percent(bench, extra, bound, within):
+    assert bench._within({"extra_cost": extra, "cost_lower_bound": bound}, 0.10) is within
