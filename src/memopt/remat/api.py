@@ -98,7 +98,9 @@ AUTO_PARALLEL_MIN_OPS = 40
 #: ``auto`` keeps the time of this many evaluations of a plan (at most the share ``auto.close``)
 #: for what follows its parts: the exact evaluations that end the last search step and the
 #: independent check of the answer (O(steps x live tensors): about 24 evaluations; under a load
-#: of 11 on two cores 40 left DenseNet-121 at 0.9 ending 61-63 s at 60 s)
+#: of 11 on two cores 40 left DenseNet-121 at 0.9 ending 61-63 s at 60 s). Counted in CPU
+#: seconds and kept as wall seconds times :meth:`_Call.slowdown`, measured anew before each
+#: of the last parts: the load can rise after the first evaluation
 CLOSE_EVALUATIONS = 60
 
 #: while the bound's child runs on, the local search polishes the plan in slices of 1, 2, 4...
@@ -278,6 +280,10 @@ class _Call:
         # bounds and models use, unless the call has no time to use it (stats["import_seconds"])
         self.import_seconds = _import_solver() if time_limit > 0 else 0.0
         self.t0 = t0 + self.compile_seconds + self.import_seconds
+        self.cpu0 = time.process_time()
+        self.waited = 0.0   # wall seconds spent waiting for the cost bound's child (no CPU here)
+        self.close_cpu = 0.0    # CPU seconds of the closing evaluations (CLOSE_EVALUATIONS)
+        self.close_most = 0.0   # the share auto.close of the question's time, in seconds
         # the call's one clock: every part below gets it or a share of it
         self.clock = Clock(time_limit, shares=SHARES, now=self.t0)
         self.seed = seed
@@ -290,6 +296,23 @@ class _Call:
 
     def left(self) -> float:
         return self.clock.left()
+
+    def slowdown(self) -> float:
+        """Wall seconds per CPU second of this process while it computed (the waits for the
+        cost bound's child left out), since the call started; at least 1, and 1 in its first
+        50 ms: on a machine shared with other jobs a part that needs ``c`` CPU seconds and
+        does not look at the clock meanwhile (the last evaluations, the independent check)
+        ends about ``c x slowdown()`` wall seconds later."""
+        busy = time.perf_counter() - self.t0 - self.waited
+        cpu = time.process_time() - self.cpu0
+        if busy < 0.05 or cpu <= 0.0:
+            return 1.0
+        return max(1.0, busy / cpu)
+
+    def closing(self, clock):
+        """``clock``, ending early enough to hand the answer back by the call's deadline: the
+        closing evaluations' CPU seconds times :meth:`slowdown` now, at most ``close_most``."""
+        return clock.until(self.clock.end - min(self.close_most, self.close_cpu * self.slowdown()))
 
     def base(self):
         """``(plan, peak, status)`` of the scheduling core's best no-recomputation order."""
@@ -355,13 +378,14 @@ class _Call:
         plan, pk, _ = self.base()
         from memopt.remat.model_common import evaluate
 
-        t_eval = time.perf_counter()
+        c_eval = time.process_time()
         base_cost = evaluate(p, plan)[1]
         # the parts stop early enough to hand the plan back in time: the last search step's exact
         # evaluations and the independent check after them cost about CLOSE_EVALUATIONS
         # evaluations of a plan (DenseNet-121's training graph: 0.1 s each, the check 2.6 s)
-        clock = clock.until(clock.end - min(clock.seconds("auto.close"),
-                                            CLOSE_EVALUATIONS * (time.perf_counter() - t_eval)))
+        self.close_cpu = CLOSE_EVALUATIONS * (time.process_time() - c_eval)
+        self.close_most = clock.seconds("auto.close")
+        clock = self.closing(clock)
         # within the limit, the no-recomputation plan is the least extra cost there is (costs are >= 0)
         best = RematResult(plan=plan, peak=pk, extra_cost=base_cost,
                            status="optimal" if question == "min_cost" else "feasible",
@@ -402,9 +426,10 @@ class _Call:
                     elif bg is not None:
                         # no plan to polish: the bound runs on for that share all the same (it
                         # may prove that no plan exists; its cores are CP-SAT's clauses)
-                        bg.wait(clock.child("auto.bound"))
+                        self._waiting(lambda: bg.wait(clock.child("auto.bound")))
                     # CP-SAT needs both cores: the bound's child stops here
                     cb = self._cost_bound(bg, memory_limit, best, clock, "auto.bound", parts, wait=False)
+                clock = self.closing(clock)
                 # above cap 1, the cap-1 model is the fallback when the full model has not closed
                 # in its share: every cap-1 plan is a plan here, and its model is much smaller
                 # (under load the full model at cap 2 missed the cap-1 optimum: MobileNet 0.9 275
@@ -417,9 +442,11 @@ class _Call:
                     p, question=question, memory_limit=memory_limit, cost_budget=cost_budget, cap=list(p.caps),
                     time_limit=first.left(), incumbent=inc, seed=self.seed, cost_bound=cb, clock=first))
                 best = _merge(question, best, e)
+                clock = self.closing(clock)
                 if staged and _open(best, lower) and not clock.expired():
                     best = self._smaller_caps(best, cap1, memory_limit, clock.child("auto.cpsat_cap1"), common,
                                               parts, "cpsat_cap1", "cpsat (cap 1)", decompose=True, cost_bound=cb)
+                    clock = self.closing(clock)
                     if _open(best, lower) and clock.left() >= 1.0:
                         # the full model again, from the cap-1 plan, with what is left
                         inc = best.plan if best is not None and best.status != "unknown" else None
@@ -434,6 +461,7 @@ class _Call:
                     # the child has most of the time: the local search polishes the plan meanwhile
                     best = self._polish(best, memory_limit, clock, common, parts, beside=bg)
                 cb = self._cost_bound(bg, memory_limit, best, clock, "auto.bound_alone", parts, wait=True)
+                clock = self.closing(clock)
                 if cb.infeasible:
                     if inc is not None:
                         raise InternalError("remat-cost-bound", "the cost bound proves infeasible what a plan solves")
@@ -446,8 +474,10 @@ class _Call:
                         best = _merge(question, best, best.with_(cost_lower_bound=cb.value))
         finally:
             if bg is not None:
+                t_wait = time.perf_counter()
                 bg.close()
-        best = self._polish(best, memory_limit, clock, common, parts)
+                self.waited += time.perf_counter() - t_wait
+        best = self._polish(best, memory_limit, self.closing(clock), common, parts)
         if best is None:
             # no plan within the limit: the no-recomputation plan, as the best plan so far
             best = RematResult(plan=plan, peak=pk, extra_cost=evaluate(p, plan)[1], status="unknown",
@@ -485,6 +515,14 @@ class _Call:
             res = res.with_(stats={**res.stats, "reason": _reason(clock, {})})
         return self._close(res, lower, t_start)
 
+    def _waiting(self, wait):
+        """``wait()``, its wall seconds counted as waiting (:meth:`slowdown` leaves them out)."""
+        t = time.perf_counter()
+        try:
+            return wait()
+        finally:
+            self.waited += time.perf_counter() - t
+
     def _bound_process(self, memory_limit: int, clock, share: str):
         """The cost bound's child process (:mod:`memopt.remat.cost_bound_process`), started now
         with the share ``share`` of the time left, when this call may use a second core and has
@@ -503,7 +541,7 @@ class _Call:
 
         t = time.perf_counter()
         stop_at = best.extra_cost if best is not None and best.plan is not None and best.status != "unknown" else None
-        cb = None if bg is None else bg.result(stop=not wait, clock=clock)
+        cb = None if bg is None else self._waiting(lambda: bg.result(stop=not wait, clock=clock))
         where = "process" if cb is not None else "here"
         if cb is None:
             sub = clock.child(share)
