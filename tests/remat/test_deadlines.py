@@ -125,3 +125,20 @@ def test_heuristic_then_stage_windows_at_any_deadline():
             assert r.status == "unknown"
             with pytest.raises(OptionError, match=f"above the limit {limit}"):
                 improve_by_stages(p, runs, limit, deadline=time.perf_counter() + TINY)
+
+
+def test_the_closing_reserve_ends_parts_before_the_call_and_leaves_waits_out_of_the_slowdown():
+    """``auto``'s parts end ``close_cpu x slowdown()`` (at most ``close_most``) before the
+    call's deadline, never after it; time spent waiting for the cost bound's child is not
+    counted as computing, so it cannot inflate the slowdown."""
+    from memopt.remat.api import _Call
+
+    call = _Call(_two_sources(), 1, 30.0, 0, "auto")
+    call.close_cpu, call.close_most = 0.5, 2.0
+    call._waiting(lambda: time.sleep(0.2))
+    assert call.waited >= 0.2 and call.slowdown() >= 1.0
+    c = call.closing(call.clock)
+    assert call.clock.end - 2.0 <= c.end <= call.clock.end - 0.5
+    call.close_cpu = 100.0   # a reserve above the cap keeps the cap
+    assert call.closing(call.clock).end == call.clock.end - 2.0
+    assert call.closing(c.until(c.end - 5.0)).end == c.end - 5.0   # never later than the clock given

@@ -32,6 +32,10 @@ with the best plan; ``min_cost`` on a larger graph gets the extra-cost lower bou
 when they meet (the share ``auto.bound_alone`` of the time left), and then (if the plan does
 not meet it) a CP-SAT model whose caps are kept only on the bound's cheapest hitting set, for
 a better plan; time still left then goes to the heuristic's local search on the best plan.
+With a cap above 1 left after the cut, the full model gets the share ``auto.cpsat_full_caps``;
+when it has not closed by then, the cap-1 model (its plans are plans here; its optimum is no
+bound) gets the share ``auto.cpsat_cap1`` of the rest, and the full model runs again from the
+best plan: the cap-2 answer then costs at most what the cap-1 model finds.
 
 Time: ``time_limit`` (seconds, :func:`memopt.clock.check_time_limit`) covers the whole call
 after the first-call kernel compilation (``stats["compile_seconds"]``) and, when the limit is
