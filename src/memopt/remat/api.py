@@ -107,6 +107,12 @@ AUTO_PARALLEL_MIN_OPS = 40
 #: of the last parts: the load can rise after the first evaluation
 CLOSE_EVALUATIONS = 60
 
+#: CPU seconds kept, beside the closing evaluations, for the last solver to stop: CP-SAT's
+#: workers end past ``max_time_in_seconds`` when the machine is loaded (real-network GPT-2 at
+#: 0.9, cap 2, 60 s, load 12-13: the hitting-set model ended the call at 61.28 s; 4.83 s for a
+#: limit of 4.77 s in a traced run), by about this times the slowdown
+SOLVER_STOP_CPU = 0.2
+
 #: while the bound's child runs on, the local search polishes the plan in slices of 1, 2, 4...
 #: up to this many seconds, so that the child's end (or its proof) is seen within one slice
 POLISH_SLICE = 10.0
@@ -387,7 +393,7 @@ class _Call:
         # the parts stop early enough to hand the plan back in time: the last search step's exact
         # evaluations and the independent check after them cost about CLOSE_EVALUATIONS
         # evaluations of a plan (DenseNet-121's training graph: 0.1 s each, the check 2.6 s)
-        self.close_cpu = CLOSE_EVALUATIONS * (time.process_time() - c_eval)
+        self.close_cpu = CLOSE_EVALUATIONS * (time.process_time() - c_eval) + SOLVER_STOP_CPU
         self.close_most = clock.seconds("auto.close")
         clock = self.closing(clock)
         # within the limit, the no-recomputation plan is the least extra cost there is (costs are >= 0)
