@@ -102,15 +102,17 @@ AUTO_PARALLEL_MIN_OPS = 40
 #: ``auto`` keeps the time of this many evaluations of a plan (at most the share ``auto.close``)
 #: for what follows its parts: the exact evaluations that end the last search step and the
 #: independent check of the answer (O(steps x live tensors): about 24 evaluations; under a load
-#: of 11 on two cores 40 left DenseNet-121 at 0.9 ending 61-63 s at 60 s). Counted in CPU
-#: seconds and kept as wall seconds times :meth:`_Call.slowdown`, measured anew before each
-#: of the last parts: the load can rise after the first evaluation
+#: of 11 on two cores 40 left DenseNet-121 at 0.9 ending 61-63 s at 60 s). One evaluation is
+#: timed again before each of the last parts (:meth:`_Call.closing`): the load can rise during
+#: the call. (Wall per CPU second of the whole call overstates it: the process also waits for
+#: the scheduler's and the bound's child processes; DenseNet-121 at 0.9 then ended at 54.9 s.)
 CLOSE_EVALUATIONS = 60
 
-#: CPU seconds kept, beside the closing evaluations, for the last solver to stop: CP-SAT's
-#: workers end past ``max_time_in_seconds`` when the machine is loaded (real-network GPT-2 at
-#: 0.9, cap 2, 60 s, load 12-13: the hitting-set model ended the call at 61.28 s; 4.83 s for a
-#: limit of 4.77 s in a traced run), by about this times the slowdown
+#: CPU seconds kept, beside the closing evaluations, for the last solver to stop, times the
+#: slowdown (wall per CPU second) of that timed evaluation: CP-SAT's workers end past
+#: ``max_time_in_seconds`` when the machine is loaded (real-network GPT-2 at 0.9, cap 2, 60 s,
+#: load 12-13: the hitting-set model ended the call at 61.28 s; 4.83 s for a limit of 4.77 s
+#: in a traced run)
 SOLVER_STOP_CPU = 0.2
 
 #: while the bound's child runs on, the local search polishes the plan in slices of 1, 2, 4...
@@ -290,9 +292,7 @@ class _Call:
         # bounds and models use, unless the call has no time to use it (stats["import_seconds"])
         self.import_seconds = _import_solver() if time_limit > 0 else 0.0
         self.t0 = t0 + self.compile_seconds + self.import_seconds
-        self.cpu0 = time.process_time()
-        self.waited = 0.0   # wall seconds spent waiting for the cost bound's child (no CPU here)
-        self.close_cpu = 0.0    # CPU seconds of the closing evaluations (CLOSE_EVALUATIONS)
+        self.close_plan = None  # the plan whose evaluation is timed for the closing reserve
         self.close_most = 0.0   # the share auto.close of the question's time, in seconds
         # the call's one clock: every part below gets it or a share of it
         self.clock = Clock(time_limit, shares=SHARES, now=self.t0)
@@ -307,22 +307,24 @@ class _Call:
     def left(self) -> float:
         return self.clock.left()
 
-    def slowdown(self) -> float:
-        """Wall seconds per CPU second of this process while it computed (the waits for the
-        cost bound's child left out), since the call started; at least 1, and 1 in its first
-        50 ms: on a machine shared with other jobs a part that needs ``c`` CPU seconds and
-        does not look at the clock meanwhile (the last evaluations, the independent check)
-        ends about ``c x slowdown()`` wall seconds later."""
-        busy = time.perf_counter() - self.t0 - self.waited
-        cpu = time.process_time() - self.cpu0
-        if busy < 0.05 or cpu <= 0.0:
-            return 1.0
-        return max(1.0, busy / cpu)
+    def close_reserve(self) -> float:
+        """Wall seconds the parts leave before the call's deadline to hand the answer back:
+        :data:`CLOSE_EVALUATIONS` evaluations of a plan, timed now, and
+        :data:`SOLVER_STOP_CPU` times that evaluation's wall per CPU second; at most
+        ``close_most``."""
+        from memopt.remat.model_common import evaluate
+
+        if self.close_plan is None:
+            return 0.0
+        t, c = time.perf_counter(), time.process_time()
+        evaluate(self.p, self.close_plan)
+        wall, cpu = time.perf_counter() - t, time.process_time() - c
+        slowdown = max(1.0, wall / cpu) if cpu > 0.0 else 1.0
+        return min(self.close_most, CLOSE_EVALUATIONS * wall + SOLVER_STOP_CPU * slowdown)
 
     def closing(self, clock):
-        """``clock``, ending early enough to hand the answer back by the call's deadline: the
-        closing evaluations' CPU seconds times :meth:`slowdown` now, at most ``close_most``."""
-        return clock.until(self.clock.end - min(self.close_most, self.close_cpu * self.slowdown()))
+        """``clock``, ending :meth:`close_reserve` before the call's deadline (or earlier)."""
+        return clock.until(self.clock.end - self.close_reserve())
 
     def base(self):
         """``(plan, peak, status)`` of the scheduling core's best no-recomputation order."""
@@ -388,13 +390,11 @@ class _Call:
         plan, pk, _ = self.base()
         from memopt.remat.model_common import evaluate
 
-        c_eval = time.process_time()
         base_cost = evaluate(p, plan)[1]
         # the parts stop early enough to hand the plan back in time: the last search step's exact
         # evaluations and the independent check after them cost about CLOSE_EVALUATIONS
         # evaluations of a plan (DenseNet-121's training graph: 0.1 s each, the check 2.6 s)
-        self.close_cpu = CLOSE_EVALUATIONS * (time.process_time() - c_eval) + SOLVER_STOP_CPU
-        self.close_most = clock.seconds("auto.close")
+        self.close_plan, self.close_most = plan, clock.seconds("auto.close")
         clock = self.closing(clock)
         # within the limit, the no-recomputation plan is the least extra cost there is (costs are >= 0)
         best = RematResult(plan=plan, peak=pk, extra_cost=base_cost,
@@ -436,7 +436,7 @@ class _Call:
                     elif bg is not None:
                         # no plan to polish: the bound runs on for that share all the same (it
                         # may prove that no plan exists; its cores are CP-SAT's clauses)
-                        self._waiting(lambda: bg.wait(clock.child("auto.bound")))
+                        bg.wait(clock.child("auto.bound"))
                     # CP-SAT needs both cores: the bound's child stops here
                     cb = self._cost_bound(bg, memory_limit, best, clock, "auto.bound", parts, wait=False)
                 clock = self.closing(clock)
@@ -484,9 +484,7 @@ class _Call:
                         best = _merge(question, best, best.with_(cost_lower_bound=cb.value))
         finally:
             if bg is not None:
-                t_wait = time.perf_counter()
                 bg.close()
-                self.waited += time.perf_counter() - t_wait
         best = self._polish(best, memory_limit, self.closing(clock), common, parts)
         if best is None:
             # no plan within the limit: the no-recomputation plan, as the best plan so far
@@ -525,14 +523,6 @@ class _Call:
             res = res.with_(stats={**res.stats, "reason": _reason(clock, {})})
         return self._close(res, lower, t_start)
 
-    def _waiting(self, wait):
-        """``wait()``, its wall seconds counted as waiting (:meth:`slowdown` leaves them out)."""
-        t = time.perf_counter()
-        try:
-            return wait()
-        finally:
-            self.waited += time.perf_counter() - t
-
     def _bound_process(self, memory_limit: int, clock, share: str):
         """The cost bound's child process (:mod:`memopt.remat.cost_bound_process`), started now
         with the share ``share`` of the time left, when this call may use a second core and has
@@ -551,7 +541,7 @@ class _Call:
 
         t = time.perf_counter()
         stop_at = best.extra_cost if best is not None and best.plan is not None and best.status != "unknown" else None
-        cb = None if bg is None else self._waiting(lambda: bg.result(stop=not wait, clock=clock))
+        cb = None if bg is None else bg.result(stop=not wait, clock=clock)
         where = "process" if cb is not None else "here"
         if cb is None:
             sub = clock.child(share)
