@@ -47,7 +47,6 @@ from __future__ import annotations
 import dataclasses
 import operator
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 from typing import Any, Callable
 
@@ -409,19 +408,13 @@ class TrainingPlan:
 
 # ----------------------------------------------------------------------------- planning
 def _limit(memory_limit, memory_ratio, cost_budget, baseline: int) -> tuple[int | None, object]:
-    given = [k for k, v in (("memory_limit", memory_limit), ("memory_ratio", memory_ratio),
-                            ("cost_budget", cost_budget)) if v is not None]
-    if len(given) != 1:
-        raise OptionError("give exactly one of memory_limit, memory_ratio, cost_budget"
-                          + (f" (got {', '.join(given)})" if given else ""))
+    """The question as ``(memory limit in bytes, cost budget)``, one of them ``None``; a ratio
+    is of ``baseline`` (the ratio is parsed as :func:`memopt.remat` parses it, capped at 1)."""
+    from memopt.remat.options import exactly_one, limit_of_ratio, parse_ratio
+
+    exactly_one(memory_limit=memory_limit, memory_ratio=memory_ratio, cost_budget=cost_budget)
     if memory_ratio is not None:
-        try:
-            r = Decimal(str(memory_ratio))
-        except (InvalidOperation, ValueError):
-            raise OptionError(f"memory_ratio must be a number, got {memory_ratio!r}") from None
-        if isinstance(memory_ratio, bool) or not r.is_finite() or r <= 0 or r > 1:
-            raise OptionError(f"memory_ratio must be finite, > 0 and <= 1, got {memory_ratio!r}")
-        return int(Fraction(r) * baseline), None
+        return limit_of_ratio(parse_ratio(memory_ratio, high=1, name="memory_ratio"), baseline), None
     if memory_limit is not None:
         if isinstance(memory_limit, bool) or not isinstance(memory_limit, int) or memory_limit < 0:
             raise OptionError(f"memory_limit must be an integer number of bytes >= 0, got {memory_limit!r}")
