@@ -336,6 +336,8 @@ class TrainingPlan:
                    realize=self.realize)
         if self._programs is not None and hasattr(self._programs, "describe"):
             doc.update(self._programs.describe())
+        if self.peak is not None and self.modelled_peak is not None:
+            doc["differences"] = [{"cause": c, "bytes": b} for c, b in self.attribute()]
         return doc
 
     def _need_plan(self):
@@ -462,6 +464,18 @@ class TrainingPlan:
         self._model.zero_grad(set_to_none=True)
         peak, _ = measure_peak(lambda: self.step(*inputs))
         return int(peak)
+
+    def attribute(self) -> list:
+        """``peak - modelled_peak`` itemised by cause, ``[(cause, bytes), ...]``, the last item
+        ``unattributed``; they add up exactly. The FX programs have no known cause (their
+        model is exact: the tests hold them to the byte); the SAC step has one, what the plain
+        eager step of a copy of the model (no checkpoint) is off its own model
+        (:func:`memopt.adapters.training_sac.eager_difference`): autograd's bookkeeping, the
+        same with or without the plan."""
+        if self.peak is None or self.modelled_peak is None:
+            raise OptionError("no measured step to attribute: plan(..., measure_step=True)")
+        known = self._programs.known_differences(self) if hasattr(self._programs, "known_differences") else []
+        return [*known, ("unattributed", self.peak - self.modelled_peak - sum(b for _, b in known))]
 
 
 # ----------------------------------------------------------------------------- planning

@@ -84,9 +84,15 @@ def canonical(func) -> str:
     return name
 
 
+# operators whose schema does not declare the arguments they write (the batch norm updating its
+# running statistics): positions written
+_UNDECLARED_WRITES = {"aten.native_batch_norm.default": (3, 4)}
+
+
 def _writes(func) -> list[int]:
     """Positions of the arguments ``func`` writes in place."""
-    return [i for i, a in enumerate(func._schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
+    declared = [i for i, a in enumerate(func._schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
+    return declared or list(_UNDECLARED_WRITES.get(str(func), ()))
 
 
 def _first_shape(value) -> tuple | None:
@@ -651,6 +657,7 @@ class SacRealization:
     saved: frozenset         # joint forward ops of the blocks that are cached
     peak: int                # modelled, above the resident bytes
     runs: tuple
+    _cache: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
     def _save_flags(self, block: str) -> tuple:
         upto = self.step_info.rerun_upto.get(block, 0)
@@ -719,6 +726,13 @@ class SacRealization:
         user = [args[i] for i in rep._user_positions]
         return self.eager_step(rep._model, rep._loss_fn, user[:rep._n_inputs], user[rep._n_inputs:])
 
+    def known_differences(self, rep) -> list:
+        """The SAC step's itemised causes (:meth:`TrainingPlan.attribute`): the plain eager
+        step's own difference from its model, measured once per plan."""
+        if "eager" not in self._cache:
+            self._cache["eager"] = eager_difference(rep.capture, rep._model, *_user_tensors(rep))
+        return [("eager step without checkpoints", self._cache["eager"])]
+
     def describe(self) -> dict:
         """JSON fields: the blocks, those left out, and the policy counts."""
         flags = {b: self._save_flags(b) for b in self.step_info.blocks}
@@ -769,6 +783,33 @@ class SacRealizer:
         return dict(status="feasible", modelled_peak=peak - resident, peak=None, extra_flops=extra, saved=cached,
                     recomputed=recomputed, runs=tuple(runs), _programs=real,
                     common=dict(graph=graph, lower_bound=None))
+
+
+def _user_tensors(rep) -> tuple:
+    user = [rep.capture.args[i] for i in rep._user_positions]
+    return user[:rep._n_inputs], rep._loss_fn, user[rep._n_inputs:]
+
+
+def eager_difference(tg: TrainingGraph, model, inputs, loss_fn, targets=()) -> int:
+    """Measured minus modelled peak of the plain eager step (``loss.backward()``, no
+    checkpoint) of a copy of ``model``, modelled as the SAC instance without blocks (eager
+    in-place aliasing, buffers written in place, the seed held to the end), measured after a
+    warm-up step with ``.grad`` set to ``None``. What autograd's engine holds beyond the joint
+    graph's values (a gradient it copies or keeps a moment longer) shows here."""
+    from memopt.adapters.inductor import measure_peak
+
+    torch = _torch()
+    plain = record(tg, model, tuple(inputs), loss_fn, tuple(targets), blocks=[])
+    peak, _, _, graph = evaluate(tg, plain, set())
+    m = copy.deepcopy(model)
+
+    def step():
+        _loss_of(m(*inputs), loss_fn, torch, tuple(targets)).backward()
+
+    step()
+    m.zero_grad(set_to_none=True)
+    measured, _ = measure_peak(step)
+    return int(measured) - (peak - graph.resident_bytes)
 
 
 def _state_ptrs(model) -> set:
