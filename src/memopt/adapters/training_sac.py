@@ -526,17 +526,22 @@ def sac_instance(tg: TrainingGraph, step: EagerStep, saved: set) -> tuple[Tensor
     ops.append(Op(BACKWARD_RETURNS, seeds, (BACKWARD_RETURNS,), cost=0))
     graph = TensorGraph.build(tensors, ops, name=tg.graph.name)
     at: dict = {}
+    after: dict = {}
     for b in step.blocks:
         if step.unpack_at.get(b) is not None:
             at.setdefault(step.unpack_at[b], []).append(b)
+        else:
+            # nobody unpacks the block (it saved no autograd tensor): nothing refers to its
+            # checkpoint frame once its forward ends, which frees the inputs and the cache
+            last = [c.node for c in step.calls[b] if c.node is not None]
+            after.setdefault(last[-1] if last else BARRIER, []).append(b)
     runs = []
     for o in base_ops:
         for b in at.get(o.name, ()):
             runs.extend(reruns[b])
             runs.append(holds[b])
         runs.append(o.name)
-    # a block nobody unpacks (no autograd tensor saved) holds its cache until the step ends
-    runs.extend(holds[b] for b in step.blocks if step.unpack_at.get(b) is None)
+        runs.extend(holds[b] for b in after.get(o.name, ()))
     runs.append(BACKWARD_RETURNS)
     k = dict(caps)
     for b in step.blocks:
