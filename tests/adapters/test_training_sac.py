@@ -211,3 +211,28 @@ def test_cli_realize_sac_prints_one_json_object(tmp_path, monkeypatch, capsys):
     assert main(["train-remat", "tiny_res:mlp", "--input-shape", "32,16", "--memory-ratio", "1",
                  "--blocks", "0"]) == 2
     assert "--blocks is for --realize sac" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_resnet18_sac_step_is_measured_to_the_byte_and_bitwise_eager():
+    from memopt._torchvision import allow_import
+
+    allow_import()
+    torchvision = pytest.importorskip("torchvision")
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18(num_classes=10).train()
+    x, labels = torch.randn(2, 3, 32, 32), torch.randint(0, 10, (2,))
+    reference = copy.deepcopy(model)
+    rep = training.plan(model, x, CE, targets=labels, memory_ratio="0.99", time_limit=30, realize="sac")
+    assert rep.status == "feasible" and rep.to_dict()["blocks_left_out"] == [
+        {"block": "relu", "reason": "its input is written in place"}]
+    assert rep.peak == rep.modelled_peak <= rep.memory_limit and rep.attribute()[-1] == ("unattributed", 0)
+    a, b = copy.deepcopy(reference), copy.deepcopy(reference)
+    loss_ref = CE(a(x), labels)
+    loss_ref.backward()
+    with rep.apply(b):
+        loss = CE(b(x), labels)
+        loss.backward()
+    assert torch.equal(loss, loss_ref)
+    assert all(torch.equal(p.grad, q.grad) for p, q in zip(a.parameters(), b.parameters()))
+    assert all(torch.equal(s, t) for s, t in zip(a.buffers(), b.buffers()))

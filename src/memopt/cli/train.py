@@ -136,6 +136,8 @@ def cmd_train_remat(args) -> int:
             ["extra_flops", _count(rep.extra_flops), "recomputations"],
             ["lower_bound", fmt_bytes(rep.lower_bound) if rep.cost_budget is not None else _count(rep.lower_bound),
              "on extra FLOPs at this limit" if rep.cost_budget is None else "on the peak at this budget"],
+            ["differences", ", ".join(f"{x['cause']} {x['bytes']:+d} B" for x in d.get("differences", [])) or "-",
+             "measured - modelled, itemised"],
             ["saved", str(len(rep.saved)), "forward values kept for the backward"],
             ["recomputed", str(len(rep.recomputed)), ", ".join(rep.recomputed[:8])
              + (" ..." if len(rep.recomputed) > 8 else "")]]
