@@ -36,7 +36,7 @@ def _planned(model_cls, shape, **question):
     x = torch.randn(*shape)
     labels = torch.randint(0, 10, (shape[0],))
     reference = copy.deepcopy(model)
-    rep = training.plan(model, x, CE, targets=labels, time_limit=10, realize="sac", **question)
+    rep = training.plan(model, x, CE, targets=labels, time_limit=4, realize="sac", **question)
     return model, reference, x, labels, rep
 
 
@@ -116,18 +116,25 @@ def test_loss_gradients_and_statistics_are_bitwise_those_of_eager(case, request)
     assert "forward" not in vars(b) and all("forward" not in vars(m) for m in b.modules()), "apply restores"
 
 
-def test_the_raw_context_fn_checkpoints_a_block_by_hand(residual):
+def test_the_raw_context_fn_checkpoints_the_blocks_by_hand(residual):
     from torch.utils.checkpoint import checkpoint
 
     _, reference, x, labels, rep = residual
-    a, b = copy.deepcopy(reference), copy.deepcopy(reference)
+    a, b, c = (copy.deepcopy(reference) for _ in range(3))
     CE(a(x), labels).backward()
-    h = b.inp(x)
-    for blk in b.blocks:
-        h = checkpoint(blk, h, use_reentrant=False, context_fn=rep.context_fn_for("blocks.0"))
-    CE(b.head(h), labels).backward()
-    for (name, p), q in zip(a.named_parameters(), b.parameters()):
-        assert torch.equal(p.grad, q.grad), name
+    # per block
+    h = checkpoint(b.inp, x, use_reentrant=False, context_fn=rep.context_fn_for("inp"))
+    for i, blk in enumerate(b.blocks):
+        h = checkpoint(blk, h, use_reentrant=False, context_fn=rep.context_fn_for(f"blocks.{i}"))
+    CE(checkpoint(b.head, h, use_reentrant=False, context_fn=rep.context_fn_for("head")), labels).backward()
+    # one context_fn, blocks in forward order
+    fn = rep.context_fn
+    h = checkpoint(c.inp, x, use_reentrant=False, context_fn=fn)
+    for blk in c.blocks:
+        h = checkpoint(blk, h, use_reentrant=False, context_fn=fn)
+    CE(checkpoint(c.head, h, use_reentrant=False, context_fn=fn), labels).backward()
+    for (name, p), q, r in zip(a.named_parameters(), b.parameters(), c.parameters()):
+        assert torch.equal(p.grad, q.grad) and torch.equal(p.grad, r.grad), name
 
 
 def test_a_step_of_another_shape_is_refused_at_the_first_differing_call(residual):
