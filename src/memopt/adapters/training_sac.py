@@ -49,6 +49,7 @@ import contextlib
 import copy
 import dataclasses
 import operator
+from fractions import Fraction
 from dataclasses import dataclass
 from typing import Any
 
@@ -563,9 +564,10 @@ def evaluate(tg, step, saved) -> tuple[int, Any, list, TensorGraph]:
 
 def choose(tg, step, start_saved: set, limit: int | None, budget, deadline: float) -> tuple[set, int, Any]:
     """A save set for the question, by greedy search on the exact SAC evaluation: from
-    ``start_saved``, while the peak exceeds ``limit`` (or while the budget allows), recompute the
-    call that lowers the peak most (fewest extra FLOPs on ties); then, under a limit, cache again
-    every recomputed call whose caching keeps the peak within it (most expensive first).
+    ``start_saved``, while the peak exceeds ``limit``, recompute the cheapest call that brings
+    the peak within it, else the one lowering it most per extra FLOP; under a cost budget, while
+    it allows, the call lowering the peak most. Then, under a limit, cache again every
+    recomputed call whose caching keeps the peak within it (most expensive first).
     Returns ``(saved, peak, extra)``; stops at ``deadline`` (``time.perf_counter()``)."""
     import time
 
@@ -587,13 +589,19 @@ def choose(tg, step, start_saved: set, limit: int | None, budget, deadline: floa
             if n not in saved or time.perf_counter() >= deadline:
                 continue
             p, e, _, _ = evaluate(tg, step, saved - {n})
-            if budget is not None and e > budget:
+            if (budget is not None and e > budget) or p >= peak:
                 continue
-            if p < peak and (best is None or (p, e) < best[:2]):
-                best = (p, e, n)
+            if limit is None:
+                key = (p, e)                                   # least peak, then least cost
+            elif p <= limit:
+                key = (0, e)                                   # meets the limit: the cheapest such
+            else:
+                key = (1, -Fraction(peak - p, e - extra + 1))  # most bytes per extra FLOP
+            if best is None or key < best[0]:
+                best = (key, p, e, n)
         if best is None:
             break
-        peak, extra, n = best
+        _, peak, extra, n = best
         saved = saved - {n}
     if limit is not None and peak <= limit:
         for n in sorted((n for n in movable if n not in saved), key=lambda n: -cost[n]):
