@@ -77,12 +77,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 
 import numpy as np
 
 from memopt.errors import InternalError, OptionError, ScheduleError
+from memopt.remat.options import exactly_one, limit_of_ratio, parse_ratio
 from memopt.remat.model_common import RematProblem, better, footprint_bound, plan_from_runs as plan_from_runs_of, reduced_caps, within_caps
 from memopt.remat.result import RematResult
 
@@ -264,16 +264,6 @@ def plan_from_runs(graph, runs):
     counts = np.bincount(np.asarray(ids, dtype=np.int64), minlength=g.num_ops)
     # caps do not shape the plan; the problem is built with the caps these runs use
     return plan_from_runs_of(RematProblem.of(g, np.maximum(counts - 1, 0).tolist()), ids)
-
-
-def _ratio(value) -> Decimal:
-    try:
-        r = Decimal(str(value)) if not isinstance(value, Decimal) else value
-    except (InvalidOperation, ValueError):
-        raise OptionError(f"memory ratio must be a number, got {value!r}") from None
-    if isinstance(value, bool) or not r.is_finite() or r <= 0 or r > 10**6:
-        raise OptionError(f"memory ratio must be finite, > 0 and <= 1e6, got {value!r}")
-    return r
 
 
 class _Call:
@@ -744,20 +734,17 @@ def remat(graph, *, memory_limit=None, memory_ratio=None, cost_budget=None, pare
     from memopt.clock import check_time_limit
 
     time_limit = check_time_limit(time_limit)
-    given = [k for k, v in (("memory_limit", memory_limit), ("memory_ratio", memory_ratio),
-                            ("cost_budget", cost_budget), ("pareto", pareto or None)) if v is not None]
-    if len(given) != 1:
-        raise OptionError("give exactly one of memory_limit, memory_ratio, cost_budget, pareto=True"
-                          + (f" (got {', '.join(given)})" if given else ""))
+    exactly_one(memory_limit=memory_limit, memory_ratio=memory_ratio, cost_budget=cost_budget,
+                **{"pareto=True": pareto or None})
     method, func = resolve_method(method)
     call = _Call(_graph_of(graph), cap, time_limit, seed, method, _jobs(jobs), func=func)
     if pareto:
         return _pareto(call)
     stats = {}
     if memory_ratio is not None:
-        r = _ratio(memory_ratio)
+        r = parse_ratio(memory_ratio)
         _, p0, status = call.base()
-        memory_limit = int((r * p0).to_integral_value(rounding="ROUND_FLOOR"))
+        memory_limit = limit_of_ratio(r, p0)
         stats = {"baseline": {"peak": p0, "status": status, "ratio": str(r)}}
     if cost_budget is not None:
         res = call.solve("min_peak", cost_budget=cost_budget)

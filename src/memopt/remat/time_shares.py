@@ -107,6 +107,9 @@ SHARES: dict[str, Share] = {
     "treedp.last_runs": Share(0.1, of_total=True),
     # ---- feasibility.py: the last-run bound before the feasibility search
     "feasibility.last_runs": Share(0.2, of_total=True),
+    # ---- adapters/training_plan.py, realize="sac": memopt.remat on the two-program instance
+    # (its plan seeds the save set); the rest is the greedy search on the exact SAC evaluation
+    "train.sac_seed": Share(0.5),
 }
 
 
