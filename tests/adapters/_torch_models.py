@@ -2,6 +2,8 @@
 
 ``CNN``: Conv2d, BatchNorm2d, an in-place ReLU, a strided Conv2d, a global mean, Linear — the
 convolution scratch, a view-producing in-place op and batch-norm statistics in one step.
+``MLP``: Linear, BatchNorm1d, ReLU, Linear, tanh, Linear. ``ResidualMLP``: four residual
+blocks whose checkpointing lowers the peak (the selective-checkpointing tests).
 """
 
 from __future__ import annotations
@@ -20,3 +22,42 @@ class CNN(torch.nn.Module):
     def forward(self, x):
         h = torch.nn.functional.relu(self.bn(self.c1(x)), inplace=True)
         return self.fc(torch.relu(self.c2(h)).mean((2, 3)))
+
+
+class MLP(torch.nn.Module):
+    """Linear, BatchNorm1d, ReLU, Linear, tanh, Linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.l1 = torch.nn.Linear(32, 128)
+        self.bn = torch.nn.BatchNorm1d(128)
+        self.l2 = torch.nn.Linear(128, 128)
+        self.l3 = torch.nn.Linear(128, 10)
+
+    def forward(self, x):
+        return self.l3(torch.tanh(self.l2(torch.relu(self.bn(self.l1(x))))))
+
+
+class Residual(torch.nn.Module):
+    """``x + b(gelu(a(x)))``: a block whose checkpointing pays (its inner values are large)."""
+
+    def __init__(self, width: int, hidden: int):
+        super().__init__()
+        self.a = torch.nn.Linear(width, hidden)
+        self.b = torch.nn.Linear(hidden, width)
+
+    def forward(self, x):
+        return x + self.b(torch.nn.functional.gelu(self.a(x)))
+
+
+class ResidualMLP(torch.nn.Module):
+    """Linear, four :class:`Residual` blocks (64 -> 256 -> 64) in a Sequential, Linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.inp = torch.nn.Linear(32, 64)
+        self.blocks = torch.nn.Sequential(*(Residual(64, 256) for _ in range(4)))
+        self.head = torch.nn.Linear(64, 10)
+
+    def forward(self, x):
+        return self.head(self.blocks(self.inp(x)))

@@ -30,19 +30,7 @@ from memopt.adapters.training_plan import BARRIER, realizable_graph  # noqa: E40
 from memopt.cli import main  # noqa: E402
 from memopt.errors import OptionError  # noqa: E402
 from memopt.remat import check_plan, plan_from_runs  # noqa: E402
-from _torch_models import CNN  # noqa: E402
-
-
-class MLP(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.l1 = torch.nn.Linear(32, 128)
-        self.bn = torch.nn.BatchNorm1d(128)
-        self.l2 = torch.nn.Linear(128, 128)
-        self.l3 = torch.nn.Linear(128, 10)
-
-    def forward(self, x):
-        return self.l3(torch.tanh(self.l2(torch.relu(self.bn(self.l1(x))))))
+from _torch_models import CNN, MLP  # noqa: E402
 
 
 def _planned(model_cls, shape, ratio):

@@ -220,6 +220,57 @@ def test_auto_with_only_the_hitting_set_model_stays_sound(seed, cap, cut):
         check_plan(g, r.plan, cap=cap, claimed_peak=r.peak, claimed_extra_cost=r.extra_cost)
 
 
+def _auto_with_full_caps_share(g, limit, share, cap=2):
+    """``auto`` at ``cap`` with the share ``auto.cpsat_full_caps`` set to ``share`` (0: the
+    full model has no time of its own, so the cap-1 model runs whenever it has not closed)."""
+    from memopt.clock import Share
+    from memopt.remat.time_shares import SHARES
+
+    saved = SHARES["auto.cpsat_full_caps"]
+    SHARES["auto.cpsat_full_caps"] = Share(share) if share is not None else saved
+    try:
+        return memopt.remat(g, memory_limit=limit, cap=cap, time_limit=10)
+    finally:
+        SHARES["auto.cpsat_full_caps"] = saved
+
+
+@settings(max_examples=12, deadline=None)
+@given(st.integers(0, 10**6), st.integers(1, 8), st.sampled_from((None, 0.0)))
+def test_auto_at_cap_2_never_answers_worse_than_the_cap_1_optimum(seed, cut, share):
+    """Every cap-1 plan is a cap-2 plan, so the cap-2 answer costs at most the cap-1 optimum
+    (brute force), also when the full model gets no time and the cap-1 model stands in for
+    it; its plan is checked at cap 2, ``optimal`` only at the cap-2 optimum."""
+    g = small_graph(seed, 7)
+    top = peak(g, g.topological_order())
+    while True:   # the tightest of these limits that a cap-1 plan meets (cut 0: the order's peak)
+        limit = max(0, top - cut * max(1, top // 12))
+        cost1, _ = min_extra_cost(g, limit, 1)
+        if cost1 is not None:
+            break
+        cut -= 1
+    cost2, _ = min_extra_cost(g, limit, 2)
+    r = _auto_with_full_caps_share(g, limit, share)
+    assert r.status in ("optimal", "feasible"), (r.status, r.stats.get("parts"))
+    assert cost2 <= Fraction(r.extra_cost) <= cost1 and r.peak <= limit
+    assert (r.status == "optimal") <= (Fraction(r.extra_cost) == cost2)
+    assert Fraction(r.cost_lower_bound) <= cost2
+    check_plan(g, r.plan, cap=2, claimed_peak=r.peak, claimed_extra_cost=r.extra_cost)
+
+
+def test_the_cap_1_model_stands_in_when_the_full_model_has_not_closed():
+    """A graph where the heuristic's plan is not optimal and the cost bound does not prove
+    it: with no time for the full model, the cap-1 model and then the full model again from
+    its plan find and prove the optimum."""
+    g = small_graph(170, 7)
+    top = peak(g, g.topological_order())
+    limit = top - 2 * max(1, top // 12)
+    cost1, cost2 = min_extra_cost(g, limit, 1)[0], min_extra_cost(g, limit, 2)[0]
+    r = _auto_with_full_caps_share(g, limit, 0.0)
+    parts = r.stats["parts"]
+    assert parts["cpsat"]["status"] != "optimal" and "cpsat_cap1" in parts, parts
+    assert (r.status, Fraction(r.extra_cost)) == ("optimal", cost2) and cost2 <= cost1
+
+
 def test_unlimited_cap_is_refused_not_solved_with_another_cap():
     # cap=None means "no upper limit" in the model; the slot models need a finite cap, so the
     # API must refuse it (it used to solve with cap 1 and could answer "infeasible" here)

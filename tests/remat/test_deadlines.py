@@ -125,3 +125,20 @@ def test_heuristic_then_stage_windows_at_any_deadline():
             assert r.status == "unknown"
             with pytest.raises(OptionError, match=f"above the limit {limit}"):
                 improve_by_stages(p, runs, limit, deadline=time.perf_counter() + TINY)
+
+
+def test_the_closing_reserve_ends_parts_before_the_call_and_never_above_its_share():
+    """``auto``'s parts end ``close_reserve()`` before the call's deadline: the closing
+    evaluations and the last solver's stop (at least ``SOLVER_STOP_CPU`` seconds), at most
+    ``close_most``; never after the clock it is given."""
+    from memopt.remat.api import SOLVER_STOP_CPU, _Call
+
+    call = _Call(_two_sources(), 1, 30.0, 0, "auto")
+    assert call.close_reserve() == 0.0   # no plan to time yet
+    call.close_plan, call.close_most = call.base()[0], 2.0
+    assert SOLVER_STOP_CPU <= call.close_reserve() <= 2.0
+    c = call.closing(call.clock)
+    assert call.clock.end - 2.0 <= c.end <= call.clock.end - SOLVER_STOP_CPU
+    call.close_most = SOLVER_STOP_CPU / 2   # a reserve above the cap keeps the cap
+    assert call.closing(call.clock).end == call.clock.end - SOLVER_STOP_CPU / 2
+    assert call.closing(c.until(c.end - 5.0)).end == c.end - 5.0   # never later than the clock given

@@ -47,7 +47,6 @@ from __future__ import annotations
 import dataclasses
 import operator
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 from typing import Any, Callable
 
@@ -77,6 +76,14 @@ def realizable_graph(tg: TrainingGraph) -> tuple[TensorGraph, dict]:
         and the per-op caps ``{op name: k}`` for :func:`memopt.remat` (1 for a forward op that
         draws no random numbers, else 0).
     """
+    tensors, ops, caps = realizable_records(tg)
+    return TensorGraph.build(tensors, ops, name=tg.graph.name), caps
+
+
+def realizable_records(tg: TrainingGraph) -> tuple[list, list, dict]:
+    """The tensors, ops (in the captured order, the barrier after the last forward op) and caps
+    of :func:`realizable_graph`, for realizations that add to them
+    (:mod:`memopt.adapters.training_sac`)."""
     torch = _torch()
     fwd_outs = [tg.loss, *tg.buffer_updates]
     reads = tuple(dict.fromkeys(r for t in fwd_outs for r in (t, tg.views.get(t, t))))
@@ -92,8 +99,7 @@ def realizable_graph(tg: TrainingGraph) -> tuple[TensorGraph, dict]:
             caps[o.name] = 0 if torch.Tag.nondeterministic_seeded in getattr(target, "tags", ()) else 1
     last_fwd = max(i for i, o in enumerate(ops) if tg.phase[o.name] == "forward")
     ops.insert(last_fwd + 1, Op(BARRIER, reads, (BARRIER,), cost=0))
-    tensors = (*tg._tensors, Tensor(BARRIER, 0))
-    return TensorGraph.build(tensors, ops, name=tg.graph.name), caps
+    return [*tg._tensors, Tensor(BARRIER, 0)], ops, caps
 
 
 # ----------------------------------------------------------------------------- realization
@@ -108,6 +114,36 @@ class _Programs:
     saved: tuple                 # names of the saved tensors' FX nodes
     outputs: tuple               # (tensor name, "forward" or "backward", output index) of the step's results
     named: tuple = ()             # tensor names of the forward's first n_named outputs
+
+
+    def run_step(self, rep: "TrainingPlan", args: list):
+        """One step of the two programs on the joint graph's arguments ``args`` (see
+        :meth:`TrainingPlan.step`); the loss."""
+        torch = _torch()
+        params = dict(rep._model.named_parameters(prefix="model", remove_duplicate=False))
+        buffers = dict(rep._model.named_buffers(prefix="model", remove_duplicate=False))
+        results = {}
+        with torch.no_grad():
+            named = list(self.forward(*args))
+            saved = named[self.n_named:]
+            del named[self.n_named:]
+            boxed = [args[j] if kind == "arg" else saved[j] for kind, j in self.backward_inputs]
+            saved.clear()
+            results.update((t, named[i]) for t, where, i in self.outputs if where == "forward")
+            named.clear()  # the copies the backward rebuilds are freed here, at the barrier
+            outs = self.backward(boxed)
+            results.update((t, outs[i]) for t, where, i in self.outputs if where == "backward")
+            del outs
+            for tname, param in rep.capture.gradients.items():
+                g, p = results.pop(tname), params[param]
+                if p.grad is None:
+                    p.grad = g
+                else:
+                    p.grad.add_(g)
+                del g
+            for tname, buffer in rep.capture.buffer_updates.items():
+                buffers[buffer].copy_(results[tname])
+        return results[rep.capture.loss]
 
 
 def _tensor_name(node) -> str:
@@ -257,9 +293,14 @@ class TrainingPlan:
         memopt's lower bound on ``extra_flops`` at this memory limit (``memory_limit`` /
         ``memory_ratio`` questions), or on the modelled peak (``cost_budget``).
     saved, recomputed : tuple of str
-        Forward values kept for the backward (FX node names) and ops run a second time.
+        Forward values kept for the backward (FX node names; with ``realize="sac"``, the ops
+        whose results the checkpoints cache) and ops run a second time.
     runs : tuple of str
-        The plan's runs in order (the barrier :data:`BARRIER` between forward and backward).
+        The plan's runs in order (the barrier :data:`BARRIER` between forward and backward;
+        with ``realize="sac"`` the hold ops of :mod:`memopt.adapters.training_sac` too).
+    realize : str
+        How the step runs the plan: ``"fx"`` (two FX programs) or ``"sac"`` (selective
+        activation checkpointing of the model's blocks).
     """
 
     status: str
@@ -277,6 +318,7 @@ class TrainingPlan:
     remat: Any = field(repr=False, default=None)
     graph: Any = field(repr=False, default=None)
     capture: Any = field(repr=False, default=None)
+    realize: str = "fx"
     _programs: Any = field(repr=False, default=None)
     _model: Any = field(repr=False, default=None)
     _user_positions: tuple = field(repr=False, default=())
@@ -290,7 +332,12 @@ class TrainingPlan:
         keys = ("peak", "modelled_peak", "baseline_peak", "memory_limit", "cost_budget", "extra_flops", "lower_bound")
         doc = {"status": self.status, **{k: json_number(getattr(self, k)) for k in keys}, "seconds": self.seconds}
         doc.update(saved=list(self.saved), recomputed=list(self.recomputed), method=self.remat.method if self.remat
-                   else None, ops=self.capture.graph.num_ops, resident_bytes=self.capture.graph.resident_bytes)
+                   else None, ops=self.capture.graph.num_ops, resident_bytes=self.capture.graph.resident_bytes,
+                   realize=self.realize)
+        if self._programs is not None and hasattr(self._programs, "describe"):
+            doc.update(self._programs.describe())
+        if self.peak is not None and self.modelled_peak is not None:
+            doc["differences"] = [{"cause": c, "bytes": b} for c, b in self.attribute()]
         return doc
 
     def _need_plan(self):
@@ -327,30 +374,41 @@ class TrainingPlan:
                     raise OptionError(f"step input {k} must be a {ex.dtype} tensor of shape {tuple(ex.shape)}, "
                                       f"got {getattr(x, 'dtype', type(x).__name__)} {tuple(getattr(x, 'shape', ()))}")
                 args[i] = x
-        params = dict(self._model.named_parameters(prefix="model", remove_duplicate=False))
-        buffers = dict(self._model.named_buffers(prefix="model", remove_duplicate=False))
-        results = {}
-        with torch.no_grad():
-            named = list(prog.forward(*args))
-            saved = named[prog.n_named:]
-            del named[prog.n_named:]
-            boxed = [args[j] if kind == "arg" else saved[j] for kind, j in prog.backward_inputs]
-            saved.clear()
-            results.update((t, named[i]) for t, where, i in prog.outputs if where == "forward")
-            named.clear()  # the copies the backward rebuilds are freed here, at the barrier
-            outs = prog.backward(boxed)
-            results.update((t, outs[i]) for t, where, i in prog.outputs if where == "backward")
-            del outs
-            for tname, param in self.capture.gradients.items():
-                g, p = results.pop(tname), params[param]
-                if p.grad is None:
-                    p.grad = g
-                else:
-                    p.grad.add_(g)
-                del g
-            for tname, buffer in self.capture.buffer_updates.items():
-                buffers[buffer].copy_(results[tname])
-        return results[self.capture.loss]
+        return prog.run_step(self, args)
+
+    def _need_sac(self):
+        prog = self._need_plan()
+        if not hasattr(prog, "context_fn"):
+            raise OptionError(f"the plan is realized as {self.realize!r}; plan(..., realize='sac') for checkpointing")
+        return prog
+
+    @property
+    def context_fn(self):
+        """``realize="sac"``: a ``context_fn`` for ``torch.utils.checkpoint.checkpoint(block, x,
+        use_reentrant=False, context_fn=rep.context_fn)``, one block after the other in forward
+        order (the k-th checkpoint call of a step gets the k-th block's policy); a call the plan
+        does not expect raises :class:`~memopt.errors.OptionError`. Per block:
+        ``rep.context_fn_for(name)``."""
+        return self._need_sac().context_fn(self._model)
+
+    def context_fn_for(self, block: str):
+        """``realize="sac"``: the ``context_fn`` of one block (a name of :attr:`blocks`)."""
+        return self._need_sac().context_fn_for(block, self._model)
+
+    @property
+    def blocks(self) -> tuple:
+        """``realize="sac"``: the checkpointed submodules, in forward order."""
+        return self._need_sac().step_info.blocks
+
+    def apply(self, model=None):
+        """``realize="sac"``: a context manager running ``model`` (default: the planned one, or a
+        copy of it with the same structure) with the plan's blocks checkpointed, its code
+        unchanged; restored on exit::
+
+            with rep.apply():
+                loss_fn(model(x), y).backward()
+        """
+        return self._need_sac().apply(self._model if model is None else model)
 
     @property
     def backend(self):
@@ -361,7 +419,8 @@ class TrainingPlan:
         from torch._dynamo.backends.common import aot_autograd
         from torch._dynamo.backends.debugging import boxed_nop
 
-        self._need_plan()
+        if self._need_plan() is not None and self.realize != "fx":
+            raise OptionError(f"the compiled backend runs the two FX programs; this plan is realized as {self.realize!r}")
 
         def partition(joint, joint_inputs, *, num_fwd_outputs, **_):
             return _partition(self, joint, num_fwd_outputs)
@@ -406,22 +465,28 @@ class TrainingPlan:
         peak, _ = measure_peak(lambda: self.step(*inputs))
         return int(peak)
 
+    def attribute(self) -> list:
+        """``peak - modelled_peak`` itemised by cause, ``[(cause, bytes), ...]``, the last item
+        ``unattributed``; they add up exactly. The FX programs have no known cause (their
+        model is exact: the tests hold them to the byte); the SAC step has one, what the plain
+        eager step of a copy of the model (no checkpoint) is off its own model
+        (:func:`memopt.adapters.training_sac.eager_difference`): autograd's bookkeeping, the
+        same with or without the plan."""
+        if self.peak is None or self.modelled_peak is None:
+            raise OptionError("no measured step to attribute: plan(..., measure_step=True)")
+        known = self._programs.known_differences(self) if hasattr(self._programs, "known_differences") else []
+        return [*known, ("unattributed", self.peak - self.modelled_peak - sum(b for _, b in known))]
+
 
 # ----------------------------------------------------------------------------- planning
 def _limit(memory_limit, memory_ratio, cost_budget, baseline: int) -> tuple[int | None, object]:
-    given = [k for k, v in (("memory_limit", memory_limit), ("memory_ratio", memory_ratio),
-                            ("cost_budget", cost_budget)) if v is not None]
-    if len(given) != 1:
-        raise OptionError("give exactly one of memory_limit, memory_ratio, cost_budget"
-                          + (f" (got {', '.join(given)})" if given else ""))
+    """The question as ``(memory limit in bytes, cost budget)``, one of them ``None``; a ratio
+    is of ``baseline`` (the ratio is parsed as :func:`memopt.remat` parses it, capped at 1)."""
+    from memopt.remat.options import exactly_one, limit_of_ratio, parse_ratio
+
+    exactly_one(memory_limit=memory_limit, memory_ratio=memory_ratio, cost_budget=cost_budget)
     if memory_ratio is not None:
-        try:
-            r = Decimal(str(memory_ratio))
-        except (InvalidOperation, ValueError):
-            raise OptionError(f"memory_ratio must be a number, got {memory_ratio!r}") from None
-        if isinstance(memory_ratio, bool) or not r.is_finite() or r <= 0 or r > 1:
-            raise OptionError(f"memory_ratio must be finite, > 0 and <= 1, got {memory_ratio!r}")
-        return int(Fraction(r) * baseline), None
+        return limit_of_ratio(parse_ratio(memory_ratio, high=1, name="memory_ratio"), baseline), None
     if memory_limit is not None:
         if isinstance(memory_limit, bool) or not isinstance(memory_limit, int) or memory_limit < 0:
             raise OptionError(f"memory_limit must be an integer number of bytes >= 0, got {memory_limit!r}")
@@ -434,7 +499,7 @@ def _limit(memory_limit, memory_ratio, cost_budget, baseline: int) -> tuple[int 
 def plan(model, inputs, loss_fn: Callable | None = None, *, targets=(), memory_limit: int | None = None,
          memory_ratio=None, cost_budget=None, time_limit: float = 60.0, method: str = "auto",
          measure_step: bool = True, seed: int = 0, captured: TrainingGraph | None = None,
-         compiled: bool = False) -> TrainingPlan:
+         compiled: bool = False, realize: str = "fx", blocks=None) -> TrainingPlan:
     """Plan what one training step of ``model`` saves and recomputes, and realize it.
 
     Parameters
@@ -469,6 +534,14 @@ def plan(model, inputs, loss_fn: Callable | None = None, *, targets=(), memory_l
     compiled : bool
         Keep the plan runnable by :attr:`TrainingPlan.backend` too: an op reading a buffer the
         step updates is not run twice (AOTAutograd writes the buffers before the backward).
+    realize : str
+        ``"fx"`` (default): two FX programs run the plan (:meth:`TrainingPlan.step`,
+        :attr:`TrainingPlan.backend`). ``"sac"``: selective activation checkpointing of the
+        model's blocks, the model's own code running eagerly (:attr:`TrainingPlan.context_fn`,
+        :meth:`TrainingPlan.apply`; :mod:`memopt.adapters.training_sac`).
+    blocks : list of str, optional
+        ``realize="sac"``: the submodules to checkpoint (default: the model's children,
+        containers opened, :func:`memopt.adapters.training_sac.default_blocks`).
 
     Returns
     -------
@@ -484,12 +557,16 @@ def plan(model, inputs, loss_fn: Callable | None = None, *, targets=(), memory_l
     import time
 
     import memopt
-    from memopt.clock import check_time_limit
-    from memopt.remat import check_plan, plan_from_runs
+    from memopt.clock import Clock, check_time_limit
+    from memopt.remat.time_shares import SHARES
 
     torch = _torch()
     time_limit = check_time_limit(time_limit, "time_limit")
     _limit(memory_limit, memory_ratio, cost_budget, 0)  # reject bad options before the capture
+    realizations = _realizations()
+    if realize not in realizations:
+        raise OptionError(f"realize must be one of {', '.join(realizations)}, got {realize!r}")
+    realizer = realizations[realize]
     t0 = time.perf_counter()
     inputs = (inputs,) if isinstance(inputs, torch.Tensor) else tuple(inputs)
     targets = (targets,) if isinstance(targets, torch.Tensor) else tuple(targets)
@@ -505,33 +582,81 @@ def plan(model, inputs, loss_fn: Callable | None = None, *, targets=(), memory_l
     resident = graph.resident_bytes
     baseline = tg.modelled_peak()
     limit, budget = _limit(memory_limit, memory_ratio, cost_budget, baseline)
+    clock = Clock(time_limit, shares=SHARES)
+    seconds = time_limit if realizer.remat_share is None else clock.seconds(realizer.remat_share)
     if budget is not None:
-        res = memopt.remat(graph, cost_budget=budget, cap=caps, time_limit=time_limit, method=method, seed=seed)
+        res = memopt.remat(graph, cost_budget=budget, cap=caps, time_limit=seconds, method=method, seed=seed)
         lower = None if res.lower_bound is None else res.lower_bound - resident
     else:
-        res = memopt.remat(graph, memory_limit=limit + resident, cap=caps, time_limit=time_limit, method=method,
+        res = memopt.remat(graph, memory_limit=limit + resident, cap=caps, time_limit=seconds, method=method,
                            seed=seed)
         lower = res.cost_lower_bound
     user = [i for x in inputs + targets for i, a in enumerate(tg.args) if a is x][:len(inputs + targets)]
     common = dict(baseline_peak=baseline, memory_limit=limit, cost_budget=budget, lower_bound=lower, remat=res,
-                  graph=graph, capture=tg, _model=model, _user_positions=tuple(user), _loss_fn=loss_fn,
-                  _n_inputs=len(inputs))
-    if res.plan is None:
-        return TrainingPlan(status=res.status, modelled_peak=None, peak=None, extra_flops=None, saved=(),
+                  graph=graph, capture=tg, realize=realize, _model=model, _user_positions=tuple(user),
+                  _loss_fn=loss_fn, _n_inputs=len(inputs))
+    question = _Question(tg=tg, graph=graph, caps=caps, remat=res, limit=limit, budget=budget, model=model,
+                         inputs=inputs, loss_fn=loss_fn, targets=targets, blocks=blocks, clock=clock)
+    got = realizer.realize(question) or {"status": res.status}
+    common.update(got.pop("common", {}))
+    if got.get("_programs") is None:
+        return TrainingPlan(status=got["status"], modelled_peak=None, peak=None, extra_flops=None, saved=(),
                             recomputed=(), runs=(), seconds=time.perf_counter() - t0, **common)
-    runs = [graph.op_names[i] for i in res.plan.runs().tolist()]
-    realized = plan_from_runs(graph, runs)
-    capk = [caps[n] for n in graph.op_names]
-    peak, extra = check_plan(graph, realized, cap=capk)
-    progs = _programs(tg, runs)
-    seen: set = set()
-    recomputed = tuple(dict.fromkeys(n for n in runs if n in seen or seen.add(n)))
-    rep = TrainingPlan(status=res.status, modelled_peak=int(peak) - resident, peak=None, extra_flops=extra,
-                       saved=progs.saved, recomputed=recomputed, runs=tuple(runs),
-                       seconds=time.perf_counter() - t0, _programs=progs, **common)
+    rep = TrainingPlan(**got, seconds=time.perf_counter() - t0, **common)
     if measure_step:
         rep = dataclasses.replace(rep, peak=rep.measure())
     return rep
+
+
+# ----------------------------------------------------------------------------- realizations
+@dataclass(frozen=True)
+class _Question:
+    """What a realization gets: the capture, the two-program instance (:func:`realizable_graph`)
+    and :func:`memopt.remat`'s answer on it, the question, the user's step and the clock."""
+
+    tg: Any
+    graph: Any
+    caps: dict
+    remat: Any
+    limit: int | None
+    budget: object
+    model: Any
+    inputs: tuple
+    loss_fn: Any
+    targets: tuple
+    blocks: Any
+    clock: Any
+
+
+class _FxRealization:
+    """The plan of :func:`memopt.remat` on :func:`realizable_graph`, run as two FX programs."""
+
+    remat_share = None   # memopt.remat gets the whole time limit
+
+    @staticmethod
+    def realize(q: _Question) -> dict | None:
+        """The step's plan fields, or ``None`` when remat has no plan (its status stands)."""
+        from memopt.remat import check_plan, plan_from_runs
+
+        if q.blocks is not None:
+            raise OptionError("blocks= is for realize='sac' (the FX programs cover the whole step)")
+        if q.remat.plan is None:
+            return None
+        graph = q.graph
+        runs = [graph.op_names[i] for i in q.remat.plan.runs().tolist()]
+        peak, extra = check_plan(graph, plan_from_runs(graph, runs), cap=[q.caps[n] for n in graph.op_names])
+        progs = _programs(q.tg, runs)
+        seen: set = set()
+        recomputed = tuple(dict.fromkeys(n for n in runs if n in seen or seen.add(n)))
+        return dict(status=q.remat.status, modelled_peak=int(peak) - graph.resident_bytes, peak=None,
+                    extra_flops=extra, saved=progs.saved, recomputed=recomputed, runs=tuple(runs),
+                    _programs=progs)
+
+
+def _realizations() -> dict:
+    from memopt.adapters.training_sac import SacRealizer
+
+    return {"fx": _FxRealization, "sac": SacRealizer}
 
 
 # ----------------------------------------------------------------------------- compiled realization

@@ -14,6 +14,7 @@ from memopt.cli._output import fmt_bytes, fmt_count, print_table, write_json
 from memopt.errors import OptionError
 
 _LOSSES = ("sum", "cross-entropy")
+_REALIZE = ("fx", "sac")
 
 
 def register(sub) -> None:
@@ -36,6 +37,12 @@ def register(sub) -> None:
     t.add_argument("--time-limit", type=float, default=60.0, metavar="S",
                    help=f"recomputation solver time limit in seconds, 0 to {opt.MAX_SECONDS:.0e} (default 60)")
     t.add_argument("--seed", type=int, default=0, help="seed of the model's initialisation and the inputs")
+    t.add_argument("--realize", choices=_REALIZE, default="fx",
+                   help="how the step runs the plan: fx (two FX programs, default) or sac (selective activation "
+                        "checkpointing of the model's blocks, its code unchanged)")
+    t.add_argument("--blocks", metavar="NAME,NAME", default=None,
+                   help="--realize sac: the submodules to checkpoint (default: the model's children, containers "
+                        "opened)")
     t.add_argument("--no-measure", action="store_true", help="do not run and measure the planned step")
     t.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
     t.set_defaults(func=cmd_train_remat)
@@ -103,22 +110,34 @@ def cmd_train_remat(args) -> int:
                               f"{args.factory} returns {type(out).__name__}")
         targets = (torch.randint(0, out.shape[-1], out.shape[:-1]),)
         loss_fn = torch.nn.functional.cross_entropy
+    blocks = None
+    if args.blocks is not None:
+        if args.realize != "sac":
+            raise OptionError("--blocks is for --realize sac")
+        blocks = [b.strip() for b in str(args.blocks).split(",") if b.strip()]
+        if not blocks:
+            raise OptionError(f"--blocks {opt.show(args.blocks)} names no submodule")
     rep = training.plan(model, inputs, loss_fn, targets=targets, time_limit=tl, measure_step=not args.no_measure,
-                        seed=args.seed, **kw)
+                        seed=args.seed, realize=args.realize, blocks=blocks, **kw)
     d = rep.to_dict()
     d["model"] = args.factory
     if args.json:
         write_json(d)
         return 0
     print(f"{args.factory}: {d['ops']} ops, parameters, buffers and inputs {fmt_bytes(d['resident_bytes'])}")
+    realized = ("two FX programs" if rep.realize == "fx" else
+                f"checkpointed blocks: {len(d.get('blocks', []))}, left out: {len(d.get('blocks_left_out', []))}")
     rows = [["status", rep.status, f"memopt.remat method {d['method']}, {rep.seconds:.1f} s in all"],
+            ["realize", rep.realize, realized],
             ["baseline_peak", fmt_bytes(rep.baseline_peak), "captured order, no recomputation (modelled)"],
             ["memory_limit", fmt_bytes(rep.memory_limit), "above parameters, buffers, inputs"],
-            ["modelled_peak", fmt_bytes(rep.modelled_peak), "the realized forward and backward programs"],
+            ["modelled_peak", fmt_bytes(rep.modelled_peak), "the realized step (programs or checkpoints)"],
             ["peak", fmt_bytes(rep.peak), "measured: CPU allocator, one step after a warm-up step"],
             ["extra_flops", _count(rep.extra_flops), "recomputations"],
             ["lower_bound", fmt_bytes(rep.lower_bound) if rep.cost_budget is not None else _count(rep.lower_bound),
              "on extra FLOPs at this limit" if rep.cost_budget is None else "on the peak at this budget"],
+            ["differences", ", ".join(f"{x['cause']} {x['bytes']:+d} B" for x in d.get("differences", [])) or "-",
+             "measured - modelled, itemised"],
             ["saved", str(len(rep.saved)), "forward values kept for the backward"],
             ["recomputed", str(len(rep.recomputed)), ", ".join(rep.recomputed[:8])
              + (" ..." if len(rep.recomputed) > 8 else "")]]

@@ -32,6 +32,10 @@ with the best plan; ``min_cost`` on a larger graph gets the extra-cost lower bou
 when they meet (the share ``auto.bound_alone`` of the time left), and then (if the plan does
 not meet it) a CP-SAT model whose caps are kept only on the bound's cheapest hitting set, for
 a better plan; time still left then goes to the heuristic's local search on the best plan.
+With a cap above 1 left after the cut, the full model gets the share ``auto.cpsat_full_caps``;
+when it has not closed by then, the cap-1 model (its plans are plans here; its optimum is no
+bound) gets the share ``auto.cpsat_cap1`` of the rest, and the full model runs again from the
+best plan: the cap-2 answer then costs at most what the cap-1 model finds.
 
 Time: ``time_limit`` (seconds, :func:`memopt.clock.check_time_limit`) covers the whole call
 after the first-call kernel compilation (``stats["compile_seconds"]``) and, when the limit is
@@ -73,12 +77,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 
 import numpy as np
 
 from memopt.errors import InternalError, OptionError, ScheduleError
+from memopt.remat.options import exactly_one, limit_of_ratio, parse_ratio
 from memopt.remat.model_common import RematProblem, better, footprint_bound, plan_from_runs as plan_from_runs_of, reduced_caps, within_caps
 from memopt.remat.result import RematResult
 
@@ -98,8 +102,18 @@ AUTO_PARALLEL_MIN_OPS = 40
 #: ``auto`` keeps the time of this many evaluations of a plan (at most the share ``auto.close``)
 #: for what follows its parts: the exact evaluations that end the last search step and the
 #: independent check of the answer (O(steps x live tensors): about 24 evaluations; under a load
-#: of 11 on two cores 40 left DenseNet-121 at 0.9 ending 61-63 s at 60 s)
+#: of 11 on two cores 40 left DenseNet-121 at 0.9 ending 61-63 s at 60 s). One evaluation is
+#: timed again before each of the last parts (:meth:`_Call.closing`): the load can rise during
+#: the call. (Wall per CPU second of the whole call overstates it: the process also waits for
+#: the scheduler's and the bound's child processes; DenseNet-121 at 0.9 then ended at 54.9 s.)
 CLOSE_EVALUATIONS = 60
+
+#: CPU seconds kept, beside the closing evaluations, for the last solver to stop, times the
+#: slowdown (wall per CPU second) of that timed evaluation: CP-SAT's workers end past
+#: ``max_time_in_seconds`` when the machine is loaded (real-network GPT-2 at 0.9, cap 2, 60 s,
+#: load 12-13: the hitting-set model ended the call at 61.28 s; 4.83 s for a limit of 4.77 s
+#: in a traced run)
+SOLVER_STOP_CPU = 0.2
 
 #: while the bound's child runs on, the local search polishes the plan in slices of 1, 2, 4...
 #: up to this many seconds, so that the child's end (or its proof) is seen within one slice
@@ -252,16 +266,6 @@ def plan_from_runs(graph, runs):
     return plan_from_runs_of(RematProblem.of(g, np.maximum(counts - 1, 0).tolist()), ids)
 
 
-def _ratio(value) -> Decimal:
-    try:
-        r = Decimal(str(value)) if not isinstance(value, Decimal) else value
-    except (InvalidOperation, ValueError):
-        raise OptionError(f"memory ratio must be a number, got {value!r}") from None
-    if isinstance(value, bool) or not r.is_finite() or r <= 0 or r > 10**6:
-        raise OptionError(f"memory ratio must be finite, > 0 and <= 1e6, got {value!r}")
-    return r
-
-
 class _Call:
     """One ``remat`` call: the problem, its clock, the scheduling baseline, the bound."""
 
@@ -278,6 +282,8 @@ class _Call:
         # bounds and models use, unless the call has no time to use it (stats["import_seconds"])
         self.import_seconds = _import_solver() if time_limit > 0 else 0.0
         self.t0 = t0 + self.compile_seconds + self.import_seconds
+        self.close_plan = None  # the plan whose evaluation is timed for the closing reserve
+        self.close_most = 0.0   # the share auto.close of the question's time, in seconds
         # the call's one clock: every part below gets it or a share of it
         self.clock = Clock(time_limit, shares=SHARES, now=self.t0)
         self.seed = seed
@@ -290,6 +296,25 @@ class _Call:
 
     def left(self) -> float:
         return self.clock.left()
+
+    def close_reserve(self) -> float:
+        """Wall seconds the parts leave before the call's deadline to hand the answer back:
+        :data:`CLOSE_EVALUATIONS` evaluations of a plan, timed now, and
+        :data:`SOLVER_STOP_CPU` times that evaluation's wall per CPU second; at most
+        ``close_most``."""
+        from memopt.remat.model_common import evaluate
+
+        if self.close_plan is None:
+            return 0.0
+        t, c = time.perf_counter(), time.process_time()
+        evaluate(self.p, self.close_plan)
+        wall, cpu = time.perf_counter() - t, time.process_time() - c
+        slowdown = max(1.0, wall / cpu) if cpu > 0.0 else 1.0
+        return min(self.close_most, CLOSE_EVALUATIONS * wall + SOLVER_STOP_CPU * slowdown)
+
+    def closing(self, clock):
+        """``clock``, ending :meth:`close_reserve` before the call's deadline (or earlier)."""
+        return clock.until(self.clock.end - self.close_reserve())
 
     def base(self):
         """``(plan, peak, status)`` of the scheduling core's best no-recomputation order."""
@@ -355,13 +380,12 @@ class _Call:
         plan, pk, _ = self.base()
         from memopt.remat.model_common import evaluate
 
-        t_eval = time.perf_counter()
         base_cost = evaluate(p, plan)[1]
         # the parts stop early enough to hand the plan back in time: the last search step's exact
         # evaluations and the independent check after them cost about CLOSE_EVALUATIONS
         # evaluations of a plan (DenseNet-121's training graph: 0.1 s each, the check 2.6 s)
-        clock = clock.until(clock.end - min(clock.seconds("auto.close"),
-                                            CLOSE_EVALUATIONS * (time.perf_counter() - t_eval)))
+        self.close_plan, self.close_most = plan, clock.seconds("auto.close")
+        clock = self.closing(clock)
         # within the limit, the no-recomputation plan is the least extra cost there is (costs are >= 0)
         best = RematResult(plan=plan, peak=pk, extra_cost=base_cost,
                            status="optimal" if question == "min_cost" else "feasible",
@@ -405,16 +429,39 @@ class _Call:
                         bg.wait(clock.child("auto.bound"))
                     # CP-SAT needs both cores: the bound's child stops here
                     cb = self._cost_bound(bg, memory_limit, best, clock, "auto.bound", parts, wait=False)
+                clock = self.closing(clock)
+                # above cap 1, the cap-1 model is the fallback when the full model has not closed
+                # in its share: every cap-1 plan is a plan here, and its model is much smaller
+                # (under load the full model at cap 2 missed the cap-1 optimum: MobileNet 0.9 275
+                # against 265, ResNet50 0.9 490 against 440); run first, it delayed the proofs
+                # (MobileNet 7.4 -> 23.6 s)
+                cap1 = [min(k, 1) for k in p.caps]
+                staged = question == "min_cost" and any(k > 1 for k in reduced_caps(p, budget))
+                first = clock.child("auto.cpsat_full_caps") if staged else clock
                 e = _timed(parts, "cpsat", lambda: get_method("cpsat").load()(
                     p, question=question, memory_limit=memory_limit, cost_budget=cost_budget, cap=list(p.caps),
-                    time_limit=clock.left(), incumbent=inc, seed=self.seed, cost_bound=cb, clock=clock))
+                    time_limit=first.left(), incumbent=inc, seed=self.seed, cost_bound=cb, clock=first))
                 best = _merge(question, best, e)
+                clock = self.closing(clock)
+                if staged and _open(best, lower) and not clock.expired():
+                    best = self._smaller_caps(best, cap1, memory_limit, clock.child("auto.cpsat_cap1"), common,
+                                              parts, "cpsat_cap1", "cpsat (cap 1)", decompose=True, cost_bound=cb)
+                    clock = self.closing(clock)
+                    if _open(best, lower) and clock.left() >= 1.0:
+                        # the full model again, from the cap-1 plan, with what is left
+                        inc = best.plan if best is not None and best.status != "unknown" else None
+                        e = _timed(parts, "cpsat_after_cap1", lambda: get_method("cpsat").load()(
+                            p, question=question, memory_limit=memory_limit, cost_budget=cost_budget,
+                            cap=list(p.caps), time_limit=clock.left(), incumbent=inc, seed=self.seed,
+                            cost_bound=cb, clock=clock))
+                        best = _merge(question, best, e)
             elif _open(best, lower) and question == "min_cost" and not clock.expired():
                 # too large for the models: the cost bound alone may still prove the plan optimal
                 if bg is not None and best is not None and best.status != "unknown":
                     # the child has most of the time: the local search polishes the plan meanwhile
                     best = self._polish(best, memory_limit, clock, common, parts, beside=bg)
                 cb = self._cost_bound(bg, memory_limit, best, clock, "auto.bound_alone", parts, wait=True)
+                clock = self.closing(clock)
                 if cb.infeasible:
                     if inc is not None:
                         raise InternalError("remat-cost-bound", "the cost bound proves infeasible what a plan solves")
@@ -428,7 +475,7 @@ class _Call:
         finally:
             if bg is not None:
                 bg.close()
-        best = self._polish(best, memory_limit, clock, common, parts)
+        best = self._polish(best, memory_limit, self.closing(clock), common, parts)
         if best is None:
             # no plan within the limit: the no-recomputation plan, as the best plan so far
             best = RematResult(plan=plan, peak=pk, extra_cost=evaluate(p, plan)[1], status="unknown",
@@ -545,20 +592,32 @@ class _Call:
         caps = [p.caps[v] if v in inside else 0 for v in range(p.n)]
         if sum(1 + k for k in caps) > AUTO_EXACT_SLOTS or clock.expired():
             return best
-        from memopt.remat.cpsat import solve_cpsat
         from memopt.remat.lower_bounds import CostBound
 
+        return self._smaller_caps(best, caps, memory_limit, clock, common, parts, "restricted_cpsat",
+                                  "cpsat (hitting-set caps)", cost_bound=CostBound(0, ()), restrict=False)
+
+    def _smaller_caps(self, best, caps, memory_limit: int, clock, common: dict, parts: dict, part: str,
+                      label: str, **options):
+        """The best plan of CP-SAT's ``min_cost`` model under ``caps`` (each at most the call's
+        cap), warm-started with ``best`` when it fits them, merged into ``best``: every plan
+        within smaller caps is a plan within the call's, so this gives plans, never a bound
+        (its optimum may cost more than the call's). ``part``: its name in ``parts``;
+        ``label``: the method named on a plan it wins with; ``options``: more arguments of
+        :func:`~memopt.remat.cpsat.solve_cpsat`."""
+        from memopt.remat.cpsat import solve_cpsat
+
+        p = self.p
         inc = best.plan if best is not None and best.plan is not None and best.status != "unknown" else None
         if inc is not None and not within_caps(inc, caps):
             inc = None
-        r = _timed(parts, "restricted_cpsat", lambda: solve_cpsat(
+        r = _timed(parts, part, lambda: solve_cpsat(
             p.graph, "min_cost", memory_limit=memory_limit, cap=caps, incumbent=inc, seed=self.seed,
-            time_limit=clock.left(), clock=clock, cost_bound=CostBound(0, ()), restrict=False))
+            time_limit=clock.left(), clock=clock, **options))
         if r.plan is None or r.status not in ("optimal", "feasible"):
             return best
         found = RematResult(plan=r.plan, peak=r.peak, extra_cost=r.extra_cost, status="feasible",
-                            lower_bound=self.lower(), cost_lower_bound=0,
-                            **{**common, "method": "cpsat (hitting-set caps)"})
+                            lower_bound=self.lower(), cost_lower_bound=0, **{**common, "method": label})
         return found if best is None or best.status == "unknown" else _merge("min_cost", best, found)
 
     def _close(self, res: RematResult, lower: int, t_start: float) -> RematResult:
@@ -675,20 +734,17 @@ def remat(graph, *, memory_limit=None, memory_ratio=None, cost_budget=None, pare
     from memopt.clock import check_time_limit
 
     time_limit = check_time_limit(time_limit)
-    given = [k for k, v in (("memory_limit", memory_limit), ("memory_ratio", memory_ratio),
-                            ("cost_budget", cost_budget), ("pareto", pareto or None)) if v is not None]
-    if len(given) != 1:
-        raise OptionError("give exactly one of memory_limit, memory_ratio, cost_budget, pareto=True"
-                          + (f" (got {', '.join(given)})" if given else ""))
+    exactly_one(memory_limit=memory_limit, memory_ratio=memory_ratio, cost_budget=cost_budget,
+                **{"pareto=True": pareto or None})
     method, func = resolve_method(method)
     call = _Call(_graph_of(graph), cap, time_limit, seed, method, _jobs(jobs), func=func)
     if pareto:
         return _pareto(call)
     stats = {}
     if memory_ratio is not None:
-        r = _ratio(memory_ratio)
+        r = parse_ratio(memory_ratio)
         _, p0, status = call.base()
-        memory_limit = int((r * p0).to_integral_value(rounding="ROUND_FLOOR"))
+        memory_limit = limit_of_ratio(r, p0)
         stats = {"baseline": {"peak": p0, "status": status, "ratio": str(r)}}
     if cost_budget is not None:
         res = call.solve("min_peak", cost_budget=cost_budget)

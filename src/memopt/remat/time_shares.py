@@ -41,6 +41,13 @@ SHARES: dict[str, Share] = {
     # (proofs/remat_cost_bounds.md §5); with a child process, how long it runs on beside the
     # local search once the heuristic is done
     "auto.bound": Share(0.4),
+    # CP-SAT on the full caps when some cap above 1 is left (the caps cut to the plan's cost);
+    # if it has not closed by then, the cap-1 model gets its share of the rest (every cap-1
+    # plan is a plan: under load the cap-2 model alone missed the cap-1 optimum), then the
+    # full model again from the best plan. Quiet, the full model proves the Checkmate graphs
+    # at cap 2 within this share (MobileNet 5 s, ResNet50 17-22 s of 60)
+    "auto.cpsat_full_caps": Share(0.5),
+    "auto.cpsat_cap1": Share(0.5),
     # the cost bound alone, on a graph too large for the models, computed in this process
     "auto.bound_alone": Share(0.7),
     # the bound's child process on a graph too large for the models; the rest is for the
@@ -100,6 +107,9 @@ SHARES: dict[str, Share] = {
     "treedp.last_runs": Share(0.1, of_total=True),
     # ---- feasibility.py: the last-run bound before the feasibility search
     "feasibility.last_runs": Share(0.2, of_total=True),
+    # ---- adapters/training_plan.py, realize="sac": memopt.remat on the two-program instance
+    # (its plan seeds the save set); the rest is the greedy search on the exact SAC evaluation
+    "train.sac_seed": Share(0.5),
 }
 
 
