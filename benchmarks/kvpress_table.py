@@ -9,6 +9,12 @@ has a context, a question, an answer prefix (kvpress's ``answer_prefix``) and th
   depth; question: the number.
 * ``news`` — generated news briefs (invented companies, chief executives, cities, numbers of
   workers; each company briefed once); question: one fact of one brief.
+* ``kv-sparse`` — four one-word keys ("The secret code of <word> is <number>.") among
+  filler sentences: key-value retrieval SmolLM2-135M does with the full cache (``kv``'s ~30
+  look-alike lines it does not).
+* ``news-sparse`` — three briefs among unnamed filler news (``news`` packs up to twelve).
+* ``recite`` — an eight-word sentence among filler, recited: the long answer for the
+  decoding presses (``--steps``); partial credit per word (:func:`score`).
 * ``multiturn`` — a streaming conversation: the user states facts ("My <thing> is <value>."),
   later turns ask about earlier ones and are answered; the last turn asks about one stated
   before. The prefill presses compress the conversation so far; the per-step presses
@@ -21,8 +27,18 @@ full-cache attention of the question plus the expected answer on the kept contex
 ``--seeds``. Presses: memopt's fixed-lag commit (``rmm``, lags 0/4/16, demonstrated-utility
 weighting), memopt's H2O, memopt's oracle (an upper bound that sees the continuation),
 kvpress's SnapKV, StreamingLLM, TOVA, ObservedAttention and Knorm, and with ``--steps``
-memopt's per-step rmm/h2o and the per-step oracle at budget ``(1 - ratio) * context``. A task
-is kept only where the full cache scores at least 50 % (checked before any press runs).
+memopt's per-step rmm/h2o and the per-step oracle at budget ``(1 - ratio) * context``. With ``--steps``
+also kvpress's own decoding wrapper (``PrefillDecodingPress`` of the press at prefill and
+``DecodingPress(base_press=..., compression_interval=4, target_size=budget)``) for Knorm,
+StreamingLLM, TOVA and ObservedAttention (``<press>-step``). A task is kept only where the
+full cache scores at least 50 % (checked before any press runs).
+
+``--stream``: conversations (``conversation``: facts stated, chat, questions about earlier
+facts) streamed turn by turn through every prefill press but the oracle
+(``memopt.cache.kvpress.PressedStream``: the press compresses the carried cache at every
+turn's prefill to ``int((1 - ratio) * tokens so far)`` slots per head); every question turn
+is answered and scored on the cache as it is then, retained attention is that of the question
+turn's full-cache attention (``span_attention``); the row "stream".
 
 The prefill presses of a sample share one prefill (``compress_many``: each press's own hook on
 its own cache, answered by kvpress's ``generate_answer``; equal to the pipeline, tested);
@@ -32,7 +48,7 @@ CPU s" is a press's hook plus its answer; "row CPU s alone" adds the sample's sh
 needs alone) and sums over the row's samples.
 
     python benchmarks/kvpress_table.py [--tasks kv,needle,news,multiturn] [--samples 4] [--seeds 2]
-        [--tokens 512] [--ratios 0.25,0.5,0.75] [--presses LABELS] [--steps] [--pipeline]
+        [--tokens 512] [--ratios 0.25,0.5,0.75] [--presses LABELS] [--steps] [--stream] [--pipeline]
         [--plot DIR] [--json OUT]
     python benchmarks/kvpress_table.py --tiny      # a random tiny Llama: runs, scores nothing
 
@@ -76,6 +92,7 @@ CITIES = ("Bergen", "Porto", "Krakow", "Nagoya", "Tampere", "Leipzig", "Valencia
           "Lyon", "Turin")
 DAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday")
 RATIOS = (0.25, 0.5, 0.75)
+DECODING_INTERVAL = 4      # generated tokens between two compressions of kvpress's DecodingPress
 
 
 class Sample(NamedTuple):
@@ -173,11 +190,11 @@ def task_kv_sparse(rng: random.Random, tokens: int, keys: int = 4) -> Sample:
     SmolLM2-135M even with the full cache); question: the value of one key."""
     names = rng.sample(WORDS, keys)
     pairs = {k: str(rng.randrange(1000, 10000)) for k in names}
-    sents = []
-    while approx_tokens(" ".join(sents)) < tokens - 12 * keys:
+    lines, sents = [f"The secret code of {k} is {pairs[k]}." for k in names], []
+    while approx_tokens(" ".join(sents + lines)) < tokens:
         sents.append(rng.choice(FILLER))
-    for k in names:
-        sents.insert(rng.randrange(len(sents) + 1), f"The secret code of {k} is {pairs[k]}.")
+    for line in lines:
+        sents.insert(rng.randrange(len(sents) + 1), line)
     key = rng.choice(names)
     return Sample(" ".join(sents), f"\n\nWhat is the secret code of {key}?", f"The secret code of {key} is", pairs[key])
 
@@ -201,7 +218,25 @@ def task_news_sparse(rng: random.Random, tokens: int, briefs: int = 3) -> Sample
     return Sample("\n\n".join(paras), "\n\n" + question, prefix, answer)
 
 
-TASKS = {"kv": task_kv, "needle": task_needle, "news": task_news, "multiturn": task_multiturn, "kv-sparse": task_kv_sparse, "news-sparse": task_news_sparse}
+RECITE = ("red", "fox", "seven", "river", "green", "lamp", "quiet", "stone", "bright", "window", "silver",
+          "garden", "winter", "candle", "paper", "violin")
+
+
+def task_recite(rng: random.Random, tokens: int, words: int = 8) -> Sample:
+    """A long answer, for the decoding presses (``--steps``): one sentence of ``words`` (8)
+    distinct words among filler sentences, to be recited; the score is the fraction of its
+    words the answer reproduces (:func:`score`), so every generated token can matter."""
+    chosen = rng.sample(RECITE, words)
+    line = " ".join(chosen)
+    needle, sents = f"The secret sentence is: {line}.", []
+    while approx_tokens(" ".join(sents + [needle])) < tokens:
+        sents.append(rng.choice(FILLER))
+    sents.insert(rng.randrange(len(sents) + 1), needle)
+    return Sample(" ".join(sents), "\n\nRepeat the secret sentence word for word.", "The secret sentence is:", line)
+
+
+TASKS = {"kv": task_kv, "needle": task_needle, "news": task_news, "multiturn": task_multiturn, "kv-sparse": task_kv_sparse, "news-sparse": task_news_sparse,
+         "recite": task_recite}
 
 
 SYSTEM = "You are a helpful assistant. Remember what the user tells you."
@@ -255,7 +290,7 @@ def samples(task: str, seed: int, n: int, tokens: int) -> list[Sample]:
 
 def presses(ratio: float, continuation, context_len: int, steps: bool) -> dict:
     """Press label -> press (a fresh object per sample: the oracles hold the continuation)."""
-    from kvpress import (KnormPress, ObservedAttentionPress, PrefillDecodingPress, SnapKVPress,
+    from kvpress import (DecodingPress, KnormPress, ObservedAttentionPress, PrefillDecodingPress, SnapKVPress,
                          StreamingLLMPress, TOVAPress)
     from memopt.cache.kvpress import OracleDecodingPress, OraclePress, PolicyDecodingPress, PolicyPress
 
@@ -276,6 +311,13 @@ def presses(ratio: float, continuation, context_len: int, steps: bool) -> dict:
                 max_steps=context_len + len(continuation) + 64))
         out["oracle-step"] = PrefillDecodingPress(decoding_press=OracleDecodingPress(
             continuation=continuation, target_size=budget))
+        # kvpress's own decoding wrapper: its press at prefill, then DecodingPress back to the
+        # budget every DECODING_INTERVAL generated tokens (SnapKV cannot: its window outnumbers them)
+        for label, make in (("knorm", KnormPress), ("streaming-llm", StreamingLLMPress), ("tova", TOVAPress),
+                            ("observed-attention", ObservedAttentionPress)):
+            out[f"{label}-step"] = PrefillDecodingPress(
+                prefilling_press=make(ratio), decoding_press=DecodingPress(
+                    base_press=make(), compression_interval=DECODING_INTERVAL, target_size=budget))
     return out
 
 
@@ -298,13 +340,22 @@ def answered(answer: str, generated: str) -> bool:
     return re.search(rf"(?<!\w){re.escape(answer)}(?!\w)", generated, re.IGNORECASE) is not None
 
 
+def score(answer: str, generated: str) -> float:
+    """The fraction of the expected answer's words that occur in the generated text as whole
+    words: 0 or 1 for a one-word answer (:func:`answered`), partial credit for a recited line."""
+    words = answer.split()
+    if len(words) == 1:
+        return float(answered(answer, generated))
+    return sum(answered(w, generated) for w in words) / len(words)
+
+
 def _ask(pipe, s: Sample, new: int, **kw) -> str:
     return pipe(s.context, question=s.question, answer_prefix=s.prefix, max_new_tokens=new, **kw)["answer"]
 
 
 def full_cache_score(pipe, data: dict, new: int) -> list:
     """Per seed, the fraction of samples the uncompressed cache answers."""
-    return [statistics.mean(answered(s.answer, _ask(pipe, s, new)) for s in ss) for ss in data.values()]
+    return [statistics.mean(score(s.answer, _ask(pipe, s, new)) for s in ss) for ss in data.values()]
 
 
 def run(args, emit=print) -> dict:
@@ -379,7 +430,7 @@ def run(args, emit=print) -> dict:
                         own = 0.0
                     own += time.process_time() - c1
                     c = cells.setdefault(key, {"acc": {}, "ret": {}, "cpu": [], "alone": []})
-                    c["acc"].setdefault(seed, []).append(answered(s.answer, out))
+                    c["acc"].setdefault(seed, []).append(score(s.answer, out))
                     if kept is not None:
                         got, tot = retained_attention(kept, future)
                         c["ret"].setdefault(seed, []).append(got / tot if tot else 1.0)
