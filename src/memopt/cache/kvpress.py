@@ -281,9 +281,9 @@ def _build() -> None:
             first = n - A.shape[1]       # slots carried in the cache (press_chunk): no rows of theirs here
             pol = _policy_for(self.policy, self.options, steps=n + 1, kv_heads=kv, budget=n_kept, prefill=n)
             if pol.lag:      # staging buffer: the last H positions wait, inside n_kept
-                h = min(pol.lag, n_kept, n)
-                pol = _policy_for(self.policy, self.options, steps=n + 1, kv_heads=kv, budget=n_kept - h,
-                                  prefill=n - h)
+                h = min(pol.lag, n_kept, n)      # a budget under H: the lag shrinks to the budget
+                pol = _policy_for(self.policy, dict(self.options, lag=h), steps=n + 1, kv_heads=kv,
+                                  budget=n_kept - h, prefill=n - h)
             ok = self._correct is not None and first == 0 and len(self._correct) == n
             correct = self._correct if ok else np.ones(n, bool)      # a carried cache: uniform rows
             for t in range(n):
