@@ -49,7 +49,7 @@ def test_the_first_chunk_keeps_what_the_pipeline_keeps(tiny, label):
     assert (stream.kept() == kept_positions(model, ids, presses()[label](ratio))).all()
 
 
-@settings(max_examples=8, deadline=None)
+@settings(max_examples=5, deadline=None)
 @given(label=st.sampled_from(sorted(presses())), keep=st.floats(0.2, 0.9))
 def test_every_chunk_compresses_the_carried_cache_to_the_budget(tiny, label, keep):
     model, _, _, chunks = tiny
