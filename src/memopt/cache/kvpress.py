@@ -45,6 +45,9 @@ included; :func:`kept_in_cache` reads it from a cache the pipeline filled) and
 :func:`retained_attention` scores them on the continuation's full-cache attention
 (:func:`continuation_attention`), the measure the oracle maximises. :func:`compress_many` runs
 one prefill for many prefill presses, each press's own hook compressing its own cache.
+:class:`PressedStream` streams a conversation through a prefill press, compressing the carried
+cache at every turn (kvpress itself compresses only a prefill that starts from an empty
+cache), and :func:`span_attention` scores each turn's needs in one full-cache pass.
 """
 from __future__ import annotations
 
