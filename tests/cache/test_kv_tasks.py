@@ -41,17 +41,6 @@ def test_the_answer_is_in_the_context_and_the_context_has_about_the_tokens(task,
 
 @settings(max_examples=30, deadline=None)
 @given(st.integers(0, 10**6))
-def test_each_kv_key_has_one_value_and_the_question_asks_a_stated_key(seed):
-    s = kt.task_kv(random.Random(seed), 512)
-    pairs = re.findall(r"The value of key (\S+) is (\d+)\.", s.context)
-    keys = [k for k, _ in pairs]
-    assert len(keys) == len(set(keys))
-    key = re.search(r"key (\S+)\?", s.question).group(1)
-    assert dict(pairs)[key] == s.answer
-
-
-@settings(max_examples=30, deadline=None)
-@given(st.integers(0, 10**6))
 def test_the_needle_occurs_once(seed):
     s = kt.task_needle(random.Random(seed), 512)
     assert s.context.count("special magic number") == 1
@@ -85,3 +74,59 @@ def test_the_answer_check_matches_whole_words_only():
     assert not kt.answered("7", "Your lucky number is 17.")
     assert kt.answered("Anna Berg", "The chief executive is anna berg")
     assert not kt.answered("Max", "Maxwell")
+
+
+KV_TASKS = {"kv": (r"The value of key (\S+) is (\d+)\.", r"key (\S+)\?", None),
+            "kv-sparse": (r"The secret code of (\w+) is (\d+)\.", r"code of (\w+)\?", 4)}
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.sampled_from(sorted(KV_TASKS)), st.integers(0, 10**6), st.sampled_from([256, 512, 2048]))
+def test_each_kv_key_has_one_value_and_the_question_asks_a_stated_key(task, seed, tokens):
+    stated, asked, count = KV_TASKS[task]
+    s = kt.TASKS[task](random.Random(seed), tokens)
+    pairs = re.findall(stated, s.context)
+    keys = [k for k, _ in pairs]
+    assert len(keys) == len(set(keys)) and count in (None, len(keys))
+    key = re.search(asked, s.question).group(1)
+    assert dict(pairs)[key] == s.answer
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 10**6))
+def test_news_sparse_asks_one_of_its_few_briefs(seed):
+    s = kt.task_news_sparse(random.Random(seed), 1024)
+    named = [c for c in kt.COMPANIES if f"{c} said" in s.context]
+    assert len(named) == 3 and all(s.context.count(f"{c} said") == 1 for c in named)
+    company = next(c for c in named if c in s.question)
+    brief = next(b for b in s.context.split("\n\n") if f"{company} said" in b)
+    assert kt.answered(s.answer, brief)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 10**6))
+def test_the_recited_sentence_occurs_once_and_scores_by_word(seed):
+    s = kt.task_recite(random.Random(seed), 512)
+    words = s.answer.split()
+    assert s.context.count("secret sentence") == 1 and len(set(words)) == len(words) == 8
+    assert kt.score(s.answer, s.answer) == 1.0
+    assert kt.score(s.answer, " ".join(words[:2])) == 0.25
+    assert kt.score(s.answer, "nothing of it") == 0.0
+    assert kt.score("7", "17 and 27") == 0.0 and kt.score("7", "it is 7.") == 1.0
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 10**6), st.sampled_from([256, 1024]))
+def test_every_streamed_question_asks_a_fact_stated_before_it(seed, tokens):
+    turns = kt.conversation(random.Random(seed), tokens)
+    assert kt.approx_tokens(" ".join(t.user + " " + t.assistant for t in turns)) >= tokens
+    stated = {}
+    for t in turns:
+        m = re.fullmatch(r"My (.+) is (\S+)\.", t.user)
+        if m:
+            assert m.group(1) not in stated          # a fact is stated once, never changed
+            stated[m.group(1)] = m.group(2)
+        if t.answer is not None:
+            thing = re.fullmatch(r"What is my (.+)\?", t.user).group(1)
+            assert stated[thing] == t.answer and t.prefix == f"Your {thing} is"
+            assert kt.answered(t.answer, t.assistant)

@@ -45,6 +45,9 @@ included; :func:`kept_in_cache` reads it from a cache the pipeline filled) and
 :func:`retained_attention` scores them on the continuation's full-cache attention
 (:func:`continuation_attention`), the measure the oracle maximises. :func:`compress_many` runs
 one prefill for many prefill presses, each press's own hook compressing its own cache.
+:class:`PressedStream` streams a conversation through a prefill press, compressing the carried
+cache at every turn (kvpress itself compresses only a prefill that starts from an empty
+cache), and :func:`span_attention` scores each turn's needs in one full-cache pass.
 """
 from __future__ import annotations
 
@@ -60,7 +63,8 @@ from memopt.cache.kv_record import _attention_modules, kv_groups, quantise_heads
 from memopt.cache.kv_trace import DEFAULT_SCALE, make_attention_trace
 
 __all__ = ["PolicyPress", "OraclePress", "PolicyDecodingPress", "OracleDecodingPress", "kept_positions", "kept_in_cache", "compress_many",
-           "continuation_attention", "retained_attention", "keep_top", "tiny_model", "KVPRESS_PIN"]
+           "continuation_attention", "span_attention", "retained_attention",
+           "PressedStream", "keep_top", "tiny_model", "KVPRESS_PIN"]
 
 KVPRESS_PIN = "kvpress==0.5.5"
 _CLASSES: dict = {}
@@ -277,14 +281,17 @@ def _build() -> None:
             kv, n = keys.shape[1], keys.shape[2]
             n_kept = compute_n_kept(n, self.compression_ratio)
             A = _int_attention(attentions, kv, self.scale)
+            first = n - A.shape[1]       # slots carried in the cache (press_chunk): no rows of theirs here
             pol = _policy_for(self.policy, self.options, steps=n + 1, kv_heads=kv, budget=n_kept, prefill=n)
             if pol.lag:      # staging buffer: the last H positions wait, inside n_kept
-                h = min(pol.lag, n_kept, n)
-                pol = _policy_for(self.policy, self.options, steps=n + 1, kv_heads=kv, budget=n_kept - h,
-                                  prefill=n - h)
-            correct = self._correct if self._correct is not None and len(self._correct) == n else np.ones(n, bool)
+                h = min(pol.lag, n_kept, n)      # a budget under H: the lag shrinks to the budget
+                pol = _policy_for(self.policy, dict(self.options, lag=h), steps=n + 1, kv_heads=kv,
+                                  budget=n_kept - h, prefill=n - h)
+            ok = self._correct is not None and first == 0 and len(self._correct) == n
+            correct = self._correct if ok else np.ones(n, bool)      # a carried cache: uniform rows
             for t in range(n):
-                pol.observe(A[:, t, :t + 1], bool(correct[t]))
+                row = A[:, t - first, :t + 1] if t >= first else np.zeros((kv, t + 1), dtype=np.int64)
+                pol.observe(row, bool(correct[t]))
             held = pol.last_step[:, :n] == pol.steps - 1
             counts = held.sum(axis=1)
             if (counts != n_kept).any():
@@ -500,25 +507,57 @@ def continuation_attention(model, context, continuation, scale: int = DEFAULT_SC
 
 
 def _continuation_attention(model, ctx: list, cont: list, scale: int) -> np.ndarray:
+    return span_attention(model, ctx + cont, [(len(ctx), len(ctx) + len(cont))], scale)[0]
+
+
+def span_attention(model, ids, spans, scale: int = DEFAULT_SCALE) -> list:
+    """For each span ``(start, end)`` of the token ids ``ids``: the full-cache attention of its
+    queries to the positions before it, summed over the span: int64 ``(layers, kv_heads,
+    start)`` (quantised as the trace recorder does, query heads of a KV head summed). One
+    forward pass over ``ids`` for all spans: a streamed conversation scores every question
+    turn on what the cache kept before it (:class:`PressedStream`).
+
+    Parameters
+    ----------
+    model : transformers causal LM (eager attention)
+    ids : sequence of int
+    spans : sequence of (int, int)
+        ``0 < start < end <= len(ids)``.
+    scale : int
+        Units per 1.0 of attention.
+
+    Returns
+    -------
+    list of numpy.ndarray
+
+    Examples
+    --------
+    >>> [a.shape for a in span_attention(model, [1, 5, 7, 9, 4], [(3, 5)])]   # doctest: +SKIP
+    [(2, 2, 3)]
+    """
     import torch
-    n = len(ctx)
+    ids = [int(i) for i in ids]
+    spans = [(int(a), int(b)) for a, b in spans]
+    if any(not 0 < a < b <= len(ids) for a, b in spans):
+        raise OptionError(f"spans must satisfy 0 < start < end <= {len(ids)}, got {spans}")
     mods = _attention_modules(model)
     kv, _ = kv_groups(model, int(model.config.num_attention_heads))
-    out = np.zeros((len(mods), kv, n), dtype=np.int64)
+    out = [np.zeros((len(mods), kv, a), dtype=np.int64) for a, _ in spans]
 
     def hook_for(li):
         def hook(module, args, output):
             w = output[1] if isinstance(output, tuple) and len(output) > 1 else None
             if w is None:
                 raise OptionError("the model returned no attention weights: load it with attn_implementation=\"eager\"")
-            out[li] = quantise_heads(w[0:1, :, n:, :n].to(torch.float32).cpu().numpy(), kv, scale)[0].sum(axis=1)
+            for k, (a, b) in enumerate(spans):
+                out[k][li] = quantise_heads(w[0:1, :, a:b, :a].to(torch.float32).cpu().numpy(), kv, scale)[0].sum(axis=1)
             return (output[0], None) + tuple(output[2:])
         return hook
 
     handles = [m.register_forward_hook(hook_for(li)) for li, m in enumerate(mods)]
     try:
         with torch.no_grad():
-            _language_model(model)(input_ids=torch.tensor([ctx + cont]), use_cache=False)
+            _language_model(model)(input_ids=torch.tensor([ids]), use_cache=False)
     finally:
         for h in handles:
             h.remove()
@@ -628,6 +667,123 @@ def compress_many(model, context_ids, presses: dict) -> tuple:
     return full, caches, seconds
 
 
+class PressedStream:
+    """A conversation streamed through one prefill press: each chunk (a turn) is prefilled on
+    the cache carried over from the earlier chunks, at its true positions, and the press then
+    compresses the whole cache (carried slots and the chunk's new ones) to ``n_kept`` slots per
+    (layer, KV head), as kvpress's prefill hook does for the first chunk. kvpress 0.5.5 calls a
+    prefill press only when the cache starts empty (``is_prefilling``); here its ``compress``
+    runs at every chunk, on the chunk's attention rows (the carried slots get only those: the
+    scores are the chunk's, as in kvpress; memopt's ``rmm`` weights a carried cache's rows
+    uniformly, the model's predictions being those of the first chunk only). The stream tracks
+    which conversation position each cache slot holds (:meth:`kept`), so a table can score
+    what was kept with :func:`retained_attention`.
+
+    Parameters
+    ----------
+    model : transformers causal LM (eager attention)
+    press : kvpress prefill press or None
+        ``None`` keeps the full cache (the baseline).
+
+    Examples
+    --------
+    >>> stream = PressedStream(model, SnapKVPress(0.5, window_size=8))   # doctest: +SKIP
+    >>> stream.feed(turn_ids, n_kept=100); stream.kept().sum(axis=2)     # doctest: +SKIP
+    """
+
+    def __init__(self, model, press=None):
+        from transformers import DynamicCache
+        self.model, self.press = model, press
+        self.cache = DynamicCache()
+        self.position = 0           # conversation tokens fed so far
+        self.slots = None           # per layer: (kv_heads, cached) positions, int64
+        self.seconds = 0.0          # CPU seconds in the press's compress
+
+    def feed(self, ids, n_kept=None) -> None:
+        """Prefill the token ids ``ids`` (``(1, q)`` tensor) on the carried cache, then compress
+        the cache to ``n_kept`` slots per head (``None``, or not fewer than the cache holds: no
+        compression; the press's ``compression_ratio`` is set to reach exactly ``n_kept``)."""
+        import time
+
+        import torch
+        mods = _attention_modules(self.model)
+        q, start = int(ids.shape[1]), self.position
+        first_chunk = self.cache.get_seq_length() == 0
+        if self.slots is None:
+            self.slots = [None] * len(mods)
+        press = self.press
+        total = self.cache.get_seq_length() + q
+        squeeze = press is not None and n_kept is not None and n_kept < total
+        if squeeze:
+            # kvpress keeps max(1, int(n * (1 - ratio))) keys: half a key of slack makes it n_kept
+            press.compression_ratio = 1.0 - (n_kept + 0.5) / total
+
+        def hook_for(li):
+            def hook(module, args, kwargs, output):
+                if kwargs.get("past_key_values") is not self.cache:     # a press's own inner pass
+                    return output
+                layer = self.cache.layers[li]
+                kv = layer.keys.shape[1]
+                new = np.tile(np.arange(start, start + q, dtype=np.int64), (kv, 1))
+                pos = new if self.slots[li] is None else np.concatenate([self.slots[li], new], axis=1)
+                if squeeze:
+                    t0 = time.process_time()
+                    keys, values = press.compress(module, kwargs["hidden_states"], layer.keys, layer.values,
+                                                  output[1], kwargs)
+                    self.seconds += time.process_time() - t0
+                    pos = np.take_along_axis(pos, _slots_kept(layer.keys, keys, li), axis=1)
+                    layer.keys, layer.values = keys, values
+                self.slots[li] = pos
+                return output
+            return hook
+
+        if press is not None and first_chunk:
+            press.post_init_from_model(self.model)     # memopt's presses: the model's predictions
+        handles = [m.register_forward_hook(hook_for(li), with_kwargs=True) for li, m in enumerate(mods)]
+        try:
+            with torch.no_grad():
+                _language_model(self.model)(input_ids=ids, past_key_values=self.cache,
+                                            position_ids=torch.arange(start, start + q)[None])
+        finally:
+            for h in handles:
+                h.remove()
+            drop = getattr(press, "_drop_pre_hook", None)
+            if drop is not None:
+                drop()
+        self.position = start + q
+
+    def answer(self, pipe, question_ids, max_new_tokens: int) -> str:
+        """kvpress's greedy ``generate_answer`` on the stream's cache at its true position; the
+        question and the answer are removed from the cache afterwards, as the pipeline does."""
+        lengths = [self.cache.get_seq_length(li) for li in range(len(self.cache))]
+        out = pipe.generate_answer(question_ids, self.cache, self.position, max_new_tokens)
+        pipe._remove_answer_from_cache(self.cache, lengths)
+        return out
+
+    def kept(self) -> np.ndarray:
+        """Conversation positions in the cache: bool ``(layers, kv_heads, position)``."""
+        L, kv = len(self.slots), self.slots[0].shape[0]
+        out = np.zeros((L, kv, self.position), dtype=bool)
+        for li, pos in enumerate(self.slots):
+            np.put_along_axis(out[li], pos, True, axis=1)
+        return out
+
+
+def _slots_kept(before, after, li: int) -> np.ndarray:
+    """Which slots of ``before`` (``(1, kv, n, d)`` keys) the compressed ``after`` holds, in
+    ``after``'s order, per head: ``(kv, m)`` (a press gathers keys, so they are bit-identical)."""
+    b, a = before[0].cpu().numpy(), after[0].cpu().numpy()
+    out = np.zeros((a.shape[0], a.shape[1]), dtype=np.int64)
+    for h in range(a.shape[0]):
+        where = {b[h, j].tobytes(): j for j in range(b.shape[1])}
+        for i, row in enumerate(a[h]):
+            j = where.get(row.tobytes())
+            if j is None:
+                raise InternalError("kvpress-kept", f"layer {li} head {h}: a kept key is not a cached key")
+            out[h, i] = j
+    return out
+
+
 def kept_in_cache(full, compressed) -> np.ndarray:
     """Which positions of the ``full`` cache the ``compressed`` one holds, per layer and KV
     head: bool ``(layers, kv_heads, n)``. A press gathers keys, so each kept key is found
@@ -653,14 +809,7 @@ def kept_in_cache(full, compressed) -> np.ndarray:
     kv, n = full.layers[0].keys.shape[1], full.layers[0].keys.shape[2]
     out = np.zeros((L, kv, n), dtype=bool)
     for li in range(L):
-        fk, ck = full.layers[li].keys[0].cpu().numpy(), compressed.layers[li].keys[0].cpu().numpy()
-        for h in range(kv):
-            where = {fk[h, j].tobytes(): j for j in range(n)}
-            for row in ck[h]:
-                j = where.get(row.tobytes())
-                if j is None:
-                    raise InternalError("kvpress-kept", f"layer {li} head {h}: a kept key is not a context key")
-                out[li, h, j] = True
+        np.put_along_axis(out[li], _slots_kept(full.layers[li].keys, compressed.layers[li].keys, li), True, axis=1)
     return out
 
 

@@ -1,0 +1,93 @@
+"""A conversation streamed through a prefill press (``PressedStream``), on a tiny random Llama
+(no download): the first chunk keeps what kvpress's pipeline keeps, every later chunk
+compresses the carried cache to the budget, the slots name the positions they hold, the full
+stream equals one prefill of the whole conversation, and an answer leaves the cache as it was."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from _kvpress_env import require_kvpress
+
+torch, transformers, kvpress = require_kvpress()
+
+from kvpress import (KnormPress, KVPressTextGenerationPipeline, ObservedAttentionPress,  # noqa: E402
+                     SnapKVPress, StreamingLLMPress, TOVAPress)
+from transformers import DynamicCache  # noqa: E402
+
+from memopt.cache.kvpress import PolicyPress, PressedStream, kept_positions, tiny_model  # noqa: E402
+
+TURNS = ["User: my dog is Rex. ", "Assistant: noted, Rex. ", "User: the sky is blue today. ",
+         "Assistant: it is. ", "User: what is my dog? "]
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    model, tok = tiny_model(layers=2, heads=4, kv_heads=2, hidden=32)
+    pipe = KVPressTextGenerationPipeline(model=model, tokenizer=tok)
+    chunks = [tok.encode(t, add_special_tokens=False) for t in TURNS]
+    return model, tok, pipe, chunks
+
+
+def presses():
+    return {"snapkv": lambda r: SnapKVPress(r, window_size=4), "streaming": StreamingLLMPress,
+            "tova": TOVAPress, "observed": ObservedAttentionPress, "knorm": KnormPress,
+            "rmm4": lambda r: PolicyPress(r, policy="rmm", options={"lag": 4, "weighting": "correct"}),
+            "h2o": lambda r: PolicyPress(r, policy="h2o")}
+
+
+@pytest.mark.parametrize("label", sorted(presses()))
+def test_the_first_chunk_keeps_what_the_pipeline_keeps(tiny, label):
+    model, _, _, chunks = tiny
+    ids = chunks[0] + chunks[1]
+    ratio = 0.5
+    n_kept = max(1, int(len(ids) * (1 - ratio)))
+    stream = PressedStream(model, presses()[label](0.0))
+    stream.feed(torch.tensor([ids]), n_kept=n_kept)
+    assert (stream.kept() == kept_positions(model, ids, presses()[label](ratio))).all()
+
+
+@settings(max_examples=5, deadline=None)
+@given(label=st.sampled_from(sorted(presses())), keep=st.floats(0.2, 0.9))
+def test_every_chunk_compresses_the_carried_cache_to_the_budget(tiny, label, keep):
+    model, _, _, chunks = tiny
+    stream = PressedStream(model, presses()[label](0.0))
+    for ids in chunks:
+        n_kept = max(1, int((stream.position + len(ids)) * keep))
+        before = stream.cache.get_seq_length()
+        stream.feed(torch.tensor([ids]), n_kept=n_kept)
+        want = min(n_kept, before + len(ids))
+        kept = stream.kept()
+        assert (kept.sum(axis=2) == want).all(), label
+        assert stream.cache.get_seq_length() == want
+        # the slots hold distinct positions, in cache order as the press left them
+        for pos in stream.slots:
+            assert all(len(set(row.tolist())) == want for row in pos)
+            assert pos.max() < stream.position
+
+
+def test_the_full_stream_is_one_prefill_of_the_conversation(tiny):
+    model, _, _, chunks = tiny
+    stream = PressedStream(model)
+    for ids in chunks:
+        stream.feed(torch.tensor([ids]))
+    whole = DynamicCache()
+    with torch.no_grad():
+        model.model(input_ids=torch.tensor([sum(chunks, [])]), past_key_values=whole)
+    assert stream.kept().all()
+    for li in range(len(whole.layers)):
+        assert torch.allclose(stream.cache.layers[li].keys, whole.layers[li].keys, atol=1e-5)
+
+
+def test_an_answer_leaves_the_cache_as_it_was(tiny):
+    model, tok, pipe, chunks = tiny
+    stream = PressedStream(model, PolicyPress(0.0, policy="h2o"))
+    for ids in chunks[:-1]:
+        stream.feed(torch.tensor([ids]), n_kept=12)
+    keys = [layer.keys.clone() for layer in stream.cache.layers]
+    out = stream.answer(pipe, torch.tensor([chunks[-1]]), 4)
+    assert isinstance(out, str)
+    assert all(torch.equal(a, layer.keys) for a, layer in zip(keys, stream.cache.layers))
+    assert stream.position == sum(len(c) for c in chunks[:-1])
