@@ -144,6 +144,9 @@ def test_training_step_forward_and_backward_programs_are_exact_and_bitwise():
                               torch.nn.Linear(64, 4))
     caps = inductor.capture_training(mlp, torch.randn(8, 16))
     assert set(caps) == {"forward", "backward"}
+    # both programs carry the step's compile time and their own profiling phases
+    assert caps["forward"].seconds["compile"] == caps["backward"].seconds["compile"] > 0
+    assert all({"load wrapper", "profiled run"} <= set(cap.seconds) for cap in caps.values())
     for kind, cap in caps.items():
         rep = inductor.optimize_capture(cap, time_limit=2)
         assert rep.bitwise_equal, kind
