@@ -40,6 +40,23 @@ def _planned(model_cls, shape, **question):
     return model, reference, x, labels, rep
 
 
+def _assert_applied_step_is_eager(rep, reference, x, labels):
+    """One step of a copy of ``reference`` under ``rep.apply`` against one plain eager step of
+    another copy: loss, every gradient and every buffer bitwise equal; the copy it applied to."""
+    a, b = copy.deepcopy(reference), copy.deepcopy(reference)
+    loss_ref = CE(a(x), labels)
+    loss_ref.backward()
+    with rep.apply(b):
+        loss = CE(b(x), labels)
+        loss.backward()
+    assert torch.equal(loss, loss_ref)
+    for (name, p), q in zip(a.named_parameters(), b.parameters()):
+        assert torch.equal(p.grad, q.grad), name
+    for (name, s), t in zip(a.named_buffers(), b.buffers()):
+        assert torch.equal(s, t), f"buffer {name} updated once, as in the plain step"
+    return b
+
+
 @pytest.fixture(scope="module")
 def cnn():
     return _planned(CNN, (8, 3, 16, 16), memory_ratio="1")
@@ -102,17 +119,7 @@ def test_the_plan_passes_the_checker_and_has_the_shape_of_sac(case, request):
 def test_loss_gradients_and_statistics_are_bitwise_those_of_eager(case, request):
     model, reference, x, labels, rep = request.getfixturevalue(case)
     torch.manual_seed(1)
-    a, b = copy.deepcopy(reference), copy.deepcopy(reference)
-    loss_ref = CE(a(x), labels)
-    loss_ref.backward()
-    with rep.apply(b):
-        loss = CE(b(x), labels)
-        loss.backward()
-    assert torch.equal(loss, loss_ref)
-    for (name, p), q in zip(a.named_parameters(), b.parameters()):
-        assert torch.equal(p.grad, q.grad), name
-    for (name, s), t in zip(a.named_buffers(), b.buffers()):
-        assert torch.equal(s, t), f"buffer {name} updated once, as in the plain step"
+    b = _assert_applied_step_is_eager(rep, reference, x, labels)
     assert "forward" not in vars(b) and all("forward" not in vars(m) for m in b.modules()), "apply restores"
 
 
@@ -237,12 +244,4 @@ def test_resnet18_sac_step_is_measured_to_the_byte_and_bitwise_eager():
         {"block": "relu", "reason": "its input is written in place"}]
     assert rep.modelled_peak < rep.baseline_peak and rep.recomputed
     assert rep.peak == rep.modelled_peak and rep.attribute()[-1] == ("unattributed", 0)
-    a, b = copy.deepcopy(reference), copy.deepcopy(reference)
-    loss_ref = CE(a(x), labels)
-    loss_ref.backward()
-    with rep.apply(b):
-        loss = CE(b(x), labels)
-        loss.backward()
-    assert torch.equal(loss, loss_ref)
-    assert all(torch.equal(p.grad, q.grad) for p, q in zip(a.parameters(), b.parameters()))
-    assert all(torch.equal(s, t) for s, t in zip(a.buffers(), b.buffers()))
+    _assert_applied_step_is_eager(rep, reference, x, labels)
