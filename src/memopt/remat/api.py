@@ -431,30 +431,28 @@ class _Call:
                     cb = self._cost_bound(bg, memory_limit, best, clock, "auto.bound", parts, wait=False)
                 clock = self.closing(clock)
                 # above cap 1, the cap-1 model is the fallback when the full model has not closed
-                # in its share: every cap-1 plan is a plan here, and its model is much smaller
-                # (under load the full model at cap 2 missed the cap-1 optimum: MobileNet 0.9 275
-                # against 265, ResNet50 0.9 490 against 440); run first, it delayed the proofs
-                # (MobileNet 7.4 -> 23.6 s)
-                cap1 = [min(k, 1) for k in p.caps]
+                # in its share: every cap-1 plan is a plan here and its model is much smaller (under
+                # load the full model alone can miss the cap-1 optimum); run first, it delays the
+                # full model's proofs
                 staged = question == "min_cost" and any(k > 1 for k in reduced_caps(p, budget))
-                first = clock.child("auto.cpsat_full_caps") if staged else clock
-                e = _timed(parts, "cpsat", lambda: get_method("cpsat").load()(
-                    p, question=question, memory_limit=memory_limit, cost_budget=cost_budget, cap=list(p.caps),
-                    time_limit=first.left(), incumbent=inc, seed=self.seed, cost_bound=cb, clock=first))
-                best = _merge(question, best, e)
+
+                def full_model(part, within, incumbent):
+                    return _timed(parts, part, lambda: get_method("cpsat").load()(
+                        p, question=question, memory_limit=memory_limit, cost_budget=cost_budget, cap=list(p.caps),
+                        time_limit=within.left(), incumbent=incumbent, seed=self.seed, cost_bound=cb, clock=within))
+
+                best = _merge(question, best, full_model(
+                    "cpsat", clock.child("auto.cpsat_full_caps") if staged else clock, inc))
                 clock = self.closing(clock)
                 if staged and _open(best, lower) and not clock.expired():
-                    best = self._smaller_caps(best, cap1, memory_limit, clock.child("auto.cpsat_cap1"), common,
-                                              parts, "cpsat_cap1", "cpsat (cap 1)", decompose=True, cost_bound=cb)
+                    best = self._smaller_caps(best, [min(k, 1) for k in p.caps], memory_limit,
+                                              clock.child("auto.cpsat_cap1"), common, parts, "cpsat_cap1",
+                                              "cpsat (cap 1)", decompose=True, cost_bound=cb)
                     clock = self.closing(clock)
                     if _open(best, lower) and clock.left() >= 1.0:
                         # the full model again, from the cap-1 plan, with what is left
                         inc = best.plan if best is not None and best.status != "unknown" else None
-                        e = _timed(parts, "cpsat_after_cap1", lambda: get_method("cpsat").load()(
-                            p, question=question, memory_limit=memory_limit, cost_budget=cost_budget,
-                            cap=list(p.caps), time_limit=clock.left(), incumbent=inc, seed=self.seed,
-                            cost_bound=cb, clock=clock))
-                        best = _merge(question, best, e)
+                        best = _merge(question, best, full_model("cpsat_after_cap1", clock, inc))
             elif _open(best, lower) and question == "min_cost" and not clock.expired():
                 # too large for the models: the cost bound alone may still prove the plan optimal
                 if bg is not None and best is not None and best.status != "unknown":
