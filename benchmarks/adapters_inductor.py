@@ -10,7 +10,7 @@ stock program's peak (:func:`memopt.adapters.inductor.attribute_estimate`).
 
     python benchmarks/adapters_inductor.py [--time-limit 1] [--json out.json] [--compile-path] [--training] [MODEL...]
     python benchmarks/adapters_inductor.py --real [--time-limit 10] [--jsonl FILE] [--no-compile-path]
-                                           [--pass-kernels warm|cold] [--training] [--size N]
+                                           [--pass-kernels warm|cold] [--pass-only] [--training] [--size N]
                                            [--save-programs DIR] [MODEL...]
 
 With ``--real``: the models of :mod:`memopt.zoo.real` instead (``REAL_COLUMNS``,
@@ -121,7 +121,7 @@ def inductor_rows(names, *, time_limit: float = 1.0, training: bool = False, com
 
 REAL_COLUMNS = ["model", "family", "stmts", "stock measured", "memopt measured", "modelled", "lower bound", "status",
                 "saving %", "bitwise", "exact", "sched s", "compile s", "capture s", "optimize s", "stock compile s"]
-REAL_PASS_COLUMNS = ["model", "pass stock modelled", "pass modelled", "pass measured", "pass saving %", "pass bitwise",
+REAL_PASS_COLUMNS = ["model", "stock measured", "pass stock modelled", "pass modelled", "pass measured", "pass saving %", "pass bitwise",
                 "pass status", "pass 1st s", "pass 1st cache", "pass 2nd s", "pass 2nd cache"]
 
 
@@ -277,12 +277,14 @@ def _training_loss(out):
 
 
 def real_rows(name: str, *, time_limit: float = 10.0, compile_path: bool = True, size: int | None = None,
-              save_dir: str | None = None, training: bool = False, pass_kernels: str = "warm") -> list[dict]:
+              save_dir: str | None = None, training: bool = False, pass_kernels: str = "warm",
+              pass_only: bool = False) -> list[dict]:
     """The rows (``REAL_COLUMNS`` and, with ``compile_path``, ``REAL_PASS_COLUMNS``) of real-zoo model ``name``:
     one for its inference program, or (``training``) one each for the forward and backward programs of a
     training step (``loss = sum of the outputs``; ``stock compile s`` and ``capture s`` are the whole step's).
     ``save_dir``: also write each captured program there (``NAME.program.json``); ``pass_kernels``: the pass
-    path's compile from the capture's kernel cache (``"warm"``) or from an empty one (``"cold"``)."""
+    path's compile from the capture's kernel cache (``"warm"``) or from an empty one (``"cold"``);
+    ``pass_only``: the pass path's row alone (:func:`_pass_only_row`)."""
     import torch
 
     from memopt.adapters import inductor
@@ -290,6 +292,8 @@ def real_rows(name: str, *, time_limit: float = 10.0, compile_path: bool = True,
     model, inputs, family, weights = _real_model(name, size)
     if training:
         model.train()
+    if pass_only:
+        return [_pass_only_row(name, model, inputs, family, weights, time_limit, pass_kernels)]
     with tempfile.TemporaryDirectory(prefix="memopt-real-inductor-") as tmp:
         _cold(tmp, "start")
         _start_up()
@@ -346,6 +350,32 @@ def real_rows(name: str, *, time_limit: float = 10.0, compile_path: bool = True,
     return rows
 
 
+def _pass_only_row(name: str, model, inputs, family: str, weights: str, time_limit: float,
+                   pass_kernels: str) -> dict:
+    """The pass path's columns (:func:`_pass_columns`) without the wrapper path's: the stock program
+    is captured with ``measure=False`` (no profiler; its one measured run gives ``stock measured``
+    and the reference outputs), no timed stock compile and no ``optimize``, so that a model costs
+    two full compiles and the pass's cached one instead of three and the cached one."""
+    import torch
+
+    from memopt.adapters import inductor
+
+    with tempfile.TemporaryDirectory(prefix="memopt-real-inductor-") as tmp:
+        _cold(tmp, "start")
+        _start_up()
+        _cold(tmp, "capture")
+        torch._dynamo.reset()
+        with _Phase() as capture_phase:
+            cap = inductor.capture(model, *inputs, measure=False)
+        stock, reference = cap.measure()
+        row = {"model": name, "family": family, "weights": weights, "input": list(inputs[0].shape),
+               "stmts": len(cap.program.statements), "stock measured": stock,
+               "capture s": capture_phase.wall, "capture cpu s": capture_phase.cpu, "pass kernels": pass_kernels}
+        del cap
+        row.update(_pass_columns(model, inputs, reference, time_limit, tmp, stock, pass_kernels))
+    return row
+
+
 def _pass_columns(model, inputs, reference, time_limit: float, tmp: str, stock: int, pass_kernels: str) -> dict:
     """The ``torch.compile`` path's columns: the first compile with the pass is captured
     (``measure=False``: the program is only run and measured, FX-graph cache on), the second
@@ -390,7 +420,7 @@ def _pass_columns(model, inputs, reference, time_limit: float, tmp: str, stock: 
 
 def real_inductor_rows(names, *, time_limit: float = 10.0, compile_path: bool = True, jsonl: str | None = None,
                        save_dir: str | None = None, progress=None, training: bool = False,
-                       pass_kernels: str = "warm", size: int | None = None,
+                       pass_kernels: str = "warm", size: int | None = None, pass_only: bool = False,
                        timeout: float = 7200.0) -> tuple[list[dict], list[str]]:
     """The rows of each real-zoo model (:func:`real_rows`), each model computed in a child process
     (``--real-row``); notes for the models whose child failed. With ``jsonl`` every row is appended to
@@ -401,6 +431,8 @@ def real_inductor_rows(names, *, time_limit: float = 10.0, compile_path: bool = 
                "--pass-kernels", pass_kernels]
         if not compile_path:
             cmd.append("--no-compile-path")
+        if pass_only:
+            cmd.append("--pass-only")
         if training:
             cmd.append("--training")
         if size is not None:
@@ -464,6 +496,9 @@ def main(argv=None) -> int:
     ap.add_argument("--pass-kernels", choices=("warm", "cold"), default="warm",
                     help="with --real: the pass path compiles with the capture's C++ kernel cache (warm; its "
                          "FX-graph cache is empty, so Inductor and the pass still run) or an empty one (cold)")
+    ap.add_argument("--pass-only", action="store_true",
+                    help="with --real: the pass path's row alone (stock captured with measure=False and measured; "
+                         "no timed stock compile, no wrapper-path optimize)")
     ap.add_argument("--size", type=int, help="with --real: the input resolution (SmolLM2: the sequence length)")
     ap.add_argument("--jsonl", metavar="FILE", help="with --real: append each row to FILE as one JSON line")
     ap.add_argument("--save-programs", metavar="DIR", help="with --real: write each captured program to DIR")
@@ -496,16 +531,17 @@ def _real_main(args) -> int:
     if args.real_row:
         print(json.dumps(real_rows(args.real_row, time_limit=args.time_limit, compile_path=not args.no_compile_path,
                                    save_dir=args.save_programs, training=args.training, size=args.size,
-                                   pass_kernels=args.pass_kernels)))
+                                   pass_kernels=args.pass_kernels, pass_only=args.pass_only)))
         return 0
     from memopt.zoo import real
 
     rows, notes = real_inductor_rows(args.models or real.names(), time_limit=args.time_limit,
                                      compile_path=not args.no_compile_path, jsonl=args.jsonl,
                                      save_dir=args.save_programs, training=args.training, size=args.size,
-                                     pass_kernels=args.pass_kernels,
+                                     pass_kernels=args.pass_kernels, pass_only=args.pass_only,
                                      progress=lambda r: print(f"done: {r['model']}", file=sys.stderr, flush=True))
-    print(markdown(rows, REAL_COLUMNS))
+    if not args.pass_only:
+        print(markdown(rows, REAL_COLUMNS))
     if not args.no_compile_path and not args.training:
         print()
         print(markdown(rows, REAL_PASS_COLUMNS))
