@@ -364,8 +364,6 @@ def _pass_only_row(name: str, model, inputs, family: str, weights: str, time_lim
     is captured with ``measure=False`` (no profiler; its one measured run gives ``stock measured``
     and the reference outputs), no timed stock compile and no ``optimize``, so that a model costs
     two full compiles and the pass's cached one instead of three and the cached one."""
-    import torch
-
     from memopt.adapters import inductor
 
     with tempfile.TemporaryDirectory(prefix="memopt-real-inductor-") as tmp:
