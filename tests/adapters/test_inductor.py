@@ -271,7 +271,8 @@ def test_capture_without_measuring_is_the_model_without_transients(case):
     cap = inductor.capture(model, *inputs, measure=False)
     assert not cap.transients_measured and measured_cap.transients_measured
     assert set(cap.seconds) == {"compile", "load wrapper", "run", "model"}
-    assert {"compile", "load wrapper", "warm-up run", "profiled run", "model"} == set(measured_cap.seconds)
+    # the compile's first call warmed the library caches: no warm-up run of its own
+    assert {"compile", "load wrapper", "profiled run", "model"} == set(measured_cap.seconds)
     # the same statements, buffers and dependencies; only the (unknown) transients are 0
     assert [(s.allocs, s.frees, s.reads, s.writes, s.payload) for s in cap.program.statements] == \
            [(s.allocs, s.frees, s.reads, s.writes, s.payload) for s in measured_cap.program.statements]

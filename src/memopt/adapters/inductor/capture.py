@@ -28,8 +28,8 @@ class Capture:
     whose measured net allocation disagreed with the model (empty when the model is exact).
     ``transients_measured``: ``False`` for a capture with ``measure=False`` (every transient
     is 0 because it is unknown, and net allocations were not checked); ``seconds`` the time
-    of each phase of the capture (``compile``: compilation and the first call; then
-    ``load wrapper``, ``warm-up run``, ``profiled run`` or ``run``, ``model``).
+    of each phase of the capture (``compile``: compilation and the first call, which also
+    warms the library caches; then ``load wrapper``, ``profiled run`` or ``run``, ``model``).
     """
 
     program: Program
@@ -73,13 +73,17 @@ class Capture:
         with torch.no_grad():
             return call(self.fresh_args())
 
-    def measure(self, order: Sequence[int] | None = None, call: Callable | None = None) -> tuple[int, Any]:
+    def measure(self, order: Sequence[int] | None = None, call: Callable | None = None,
+                warm_up: bool = True) -> tuple[int, Any]:
         """``(measured peak bytes, outputs)`` of one run of the (permuted) program on a fresh
-        copy of the inputs, which the caller (this method) holds during the run."""
+        copy of the inputs, which the caller (this method) holds during the run. ``warm_up``: one
+        unmeasured run first, so that library caches (primitive caches, lazy inits) settle; a caller
+        that has already run these kernels on these shapes in this process may skip it."""
         torch = _torch()
         call = call or self.load(order)
         with torch.no_grad():
-            call(self.fresh_args())  # warm-up: library caches (primitive caches, lazy inits) settle first
+            if warm_up:
+                call(self.fresh_args())
             held = self.fresh_args()
             return measure_peak(lambda: call(list(held)))
 
@@ -166,9 +170,10 @@ def capture(fn: Callable, *example_inputs, measure: bool = True, **compile_optio
     *example_inputs
         Its inputs (tensors).
     measure : bool
-        ``True``: a warm-up run, then the statement-by-statement run under the CPU memory
-        profiler, which measures every statement's transient and checks the model's net
-        allocation per statement. ``False``: no profiler and no warm-up, every transient is 0
+        ``True``: the statement-by-statement run is under the CPU memory profiler, which
+        measures every statement's transient and checks the model's net allocation per
+        statement (the compile's first call has warmed the library caches: no separate warm-up
+        run). ``False``: no profiler, every transient is 0
         (unknown; ``Capture.transients_measured`` is ``False``): the program is the model of
         the buffers alone, for a caller that only orders by it.
     **compile_options
@@ -213,8 +218,9 @@ def capture(fn: Callable, *example_inputs, measure: bool = True, **compile_optio
     if len(args_box) != 1:
         raise InductorCaptureError(f"expected one call of the compiled graph, saw {len(args_box)}")
     args = args_box[0]
+    # no warm-up run: the compile's first call has just run this program on these inputs
     program, mismatches = _build_program(source, _clone_args(args), name=getattr(fn, "__name__", type(fn).__name__),
-                                         measure=measure, seconds=seconds)
+                                         measure=measure, seconds=seconds, warm_up=False)
     est, timeline = estimate[-1] if estimate else (None, None)
     return Capture(program=program, source=source, args=args, inductor_estimate=est, mismatches=mismatches,
                    inductor_timeline=timeline, _src=_split(source), transients_measured=measure, seconds=seconds)
@@ -254,8 +260,11 @@ def capture_training(fn: Callable, *example_inputs, loss: Callable | None = None
         loss(compiled(*example_inputs)).backward()
 
     estimate: list = []
+    calls: list = []
     t0 = time.perf_counter()
-    with torch.enable_grad(), _record_inductor_estimate(estimate):
+    # the compiling step's own calls give the programs' inputs (a second step only to record them
+    # cost a whole forward and backward)
+    with torch.enable_grad(), _record_inductor_estimate(estimate), _record_call_args(calls):
         _, codes = run_and_get_code(step)
     compile_seconds = time.perf_counter() - t0
     by_kind = {}
@@ -265,9 +274,6 @@ def capture_training(fn: Callable, *example_inputs, loss: Callable | None = None
     if len(by_kind.get("forward", [])) != 1 or len(by_kind.get("backward", [])) != 1:
         raise InductorCaptureError(f"a training step compiled to {sum(map(len, by_kind.values()))} wrapper "
                                    "programs; memopt captures exactly one forward and one backward")
-    calls: list = []
-    with torch.enable_grad(), _record_call_args(calls):
-        step()
     if len(calls) != 2:
         raise InductorCaptureError(f"expected a forward and a backward call, saw {len(calls)}")
     out = {}
@@ -275,7 +281,7 @@ def capture_training(fn: Callable, *example_inputs, loss: Callable | None = None
         source = by_kind[kind][0]
         seconds = {"compile": compile_seconds}
         program, mismatches = _build_program(source, _clone_args(args), name=f"{getattr(fn, '__name__', type(fn).__name__)}-{kind}",
-                                             seconds=seconds)
+                                             seconds=seconds, warm_up=False)  # the compiling step ran it
         out[kind] = Capture(program=program, source=source, args=args, inductor_estimate=est,
                             mismatches=mismatches, inductor_timeline=timeline, _src=_split(source), seconds=seconds)
     return out

@@ -94,13 +94,14 @@ def optimize_capture(cap: Capture, *, time_limit: float = 10.0, method: str = "a
     if program.peak(order) != peak:
         raise InternalError("program-peak", f"schedule claimed {peak}, the program evaluates to {program.peak(order)}")
     stock_call = cap.load()
+    # no warm-up runs: the capture has run every statement's kernel on these shapes in this process
     with torch.no_grad():
-        measured_stock, out_stock = cap.measure(call=stock_call)
+        measured_stock, out_stock = cap.measure(call=stock_call, warm_up=False)
         if order == identity:  # the same program: measuring it again would tell nothing new
             opt_call, measured, out = stock_call, measured_stock, out_stock
         else:
             opt_call = cap.load(order)
-            measured, out = cap.measure(call=opt_call)
+            measured, out = cap.measure(call=opt_call, warm_up=False)
     return OptimizeReport(
         inductor_estimate=cap.inductor_estimate, modelled_peak_stock=int(stock), modelled_peak=int(peak),
         lower_bound=int(min(res.lower_bound, peak)), status=res.status if peak == res.peak else "feasible",

@@ -74,12 +74,14 @@ def _storages(value, torch) -> list:
 
 
 def _build_program(source: str, args: list, name: str = "", measure: bool = True,
-                   seconds: dict | None = None) -> tuple[Program, list]:
+                   seconds: dict | None = None, warm_up: bool = True) -> tuple[Program, list]:
     """The wrapper ``source`` as a statement program, from one statement-by-statement run on
-    ``args`` (which learns the storages every name binds). ``measure``: a warm-up run first,
-    then the run under the CPU memory profiler, which measures each statement's transient and
-    checks its net allocation against the model (the mismatches are returned); otherwise no
-    profiler and every transient is 0. ``seconds`` (if given) receives the time of each phase."""
+    ``args`` (which learns the storages every name binds). ``measure``: the run is under the CPU
+    memory profiler, which measures each statement's transient and checks its net allocation
+    against the model (the mismatches are returned), after a warm-up run of the whole program
+    unless ``warm_up`` is ``False`` (the caller has just run this program on inputs of these
+    shapes: the compile's first call); otherwise no profiler and every transient is 0.
+    ``seconds`` (if given) receives the time of each phase."""
     torch = _torch()
     from torch._inductor.codecache import PyCodeCache
 
@@ -113,7 +115,7 @@ def _build_program(source: str, args: list, name: str = "", measure: bool = True
 
     effects = []  # per statement: dict of sets
     clock.lap("load wrapper")
-    if measure:  # warm up library caches (primitive caches, lazy inits) before the measured run
+    if measure and warm_up:  # library caches (primitive caches, lazy inits) settle before the measured run
         warm = dict(ns)
         warm[src.args_name] = list(args)
         with torch.no_grad():
