@@ -105,13 +105,20 @@ def _build_program(source: str, args: list, name: str = "", measure: bool = True
     size_of: dict[int, int] = {}      # storage id -> bytes (0 for external)
     external: set[int] = set()
     refs: dict[str, list[int]] = {}   # name -> storage ids it holds
+    key_of: dict[int, Any] = {}       # storage id -> its key while live
     for a in arg_names:
         for key, n in _storages(ns.get(a), torch):
             if key not in sid_of:
                 sid_of[key] = len(size_of)
+                key_of[sid_of[key]] = key
                 size_of[sid_of[key]] = n
                 external.add(sid_of[key])
         refs[a] = [sid_of[k] for k, _ in _storages(ns.get(a), torch)]
+    # while the program runs: the storage ids each bound name holds, and how many names hold each
+    names_of: dict[str, set[int]] = {a: set(refs[a]) for a in arg_names}
+    holders: dict[int, int] = {}
+    for sid in (sid for ids in names_of.values() for sid in ids):
+        holders[sid] = holders.get(sid, 0) + 1
 
     effects = []  # per statement: dict of sets
     clock.lap("load wrapper")
@@ -146,15 +153,28 @@ def _build_program(source: str, args: list, name: str = "", measure: bool = True
                 for key, nbytes in _storages(ns.get(n), torch):
                     if key not in sid_of:
                         sid_of[key] = len(size_of)
+                        key_of[sid_of[key]] = key
                         size_of[sid_of[key]] = nbytes
                         new_storages.append(sid_of[key])
                     ids.append(sid_of[key])
                 effects[-1] = effects[-1] + ((n, ids),)
             effects[-1] = (effects[-1], new_storages)
-            # forget keys of storages no name refers to any more (their address may be reused)
-            alive = {sid for nm in local if nm in ns for k, _ in _storages(ns[nm], torch) for sid in [sid_of.get(k)]}
-            for key in [k for k, sid in sid_of.items() if sid not in alive and sid not in external]:
-                del sid_of[key]
+            # forget keys of storages no name refers to any more (their address may be reused);
+            # only the names this statement touched can have changed what they hold, so only
+            # theirs are looked at again (all names per statement was quadratic in the program)
+            touched = {n for n in (*loaded, *stored, *deleted) if n in local}
+            released = set()
+            for n in touched:
+                for sid in names_of.pop(n, ()):
+                    holders[sid] -= 1
+                    released.add(sid)
+                if n in ns:
+                    names_of[n] = {sid_of[k] for k, _ in _storages(ns[n], torch) if k in sid_of}
+                    for sid in names_of[n]:
+                        holders[sid] = holders.get(sid, 0) + 1
+            for sid in released:
+                if not holders[sid] and sid not in external:
+                    del sid_of[key_of.pop(sid)]
     clock.lap("profiled run" if measure else "run")
     events = _alloc_events(prof) if measure else []
 
