@@ -25,7 +25,7 @@ phase also records its CPU seconds (this process and its compile workers), which
 machine's load stretches far less than wall seconds:
 
 1. stock ``torch.compile`` and its first call, no grad, FX-graph cache off: ``stock compile s``;
-2. :func:`memopt.adapters.inductor.capture` (compile, warm-up run, profiled run): ``capture s``;
+2. :func:`memopt.adapters.inductor.capture` (compile and first call, profiled run): ``capture s``;
 3. :func:`memopt.adapters.inductor.optimize_capture` at ``--time-limit``: the stock wrapper and
    memopt's permutation of its statements, both run and measured at the CPU allocator
    (``stock measured``, ``memopt measured``), memopt's model of its order (``modelled``), the
@@ -39,6 +39,10 @@ machine's load stretches far less than wall seconds:
    Inductor's order), its outputs compared bitwise with stock; the second is a plain
    ``torch.compile`` with equal options; ``pass cache``: the FX-graph cache's hits, misses and
    bypasses of each compile.
+
+``--pass-only``: step 4 alone, after a ``measure=False`` capture of the stock program that is run and
+measured once (``stock measured`` and the outputs the pass's are compared with); no timed stock
+compile and no step 3 (two full compiles per model and the pass's cached one, instead of three).
 
 The stock compile and the capture each start from a fresh Inductor cache directory with
 Inductor's in-process caches cleared, so that neither reuses the other's compiled kernels (a tiny
