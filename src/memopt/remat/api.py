@@ -729,12 +729,20 @@ def remat(graph, *, memory_limit=None, memory_ratio=None, cost_budget=None, pare
           method="auto", time_limit: float = 10.0, seed: int = 0, jobs: int | None = None):
     """The implementation of :func:`memopt.remat` (same parameters, documented there; the
     strategy of ``auto`` in the module docstring)."""
-    from memopt.clock import check_time_limit
+    from memopt.clock import check_time_limit, full_collections_held
 
     time_limit = check_time_limit(time_limit)
     exactly_one(memory_limit=memory_limit, memory_ratio=memory_ratio, cost_budget=cost_budget,
                 **{"pareto=True": pareto or None})
     method, func = resolve_method(method)
+    # no full garbage collection during the call: one in the closing reserve overran the deadline
+    with full_collections_held():
+        return _remat(graph, memory_limit, memory_ratio, cost_budget, pareto, cap, method, func, time_limit, seed,
+                      jobs)
+
+
+def _remat(graph, memory_limit, memory_ratio, cost_budget, pareto, cap, method, func, time_limit, seed, jobs):
+    """:func:`remat` once its arguments are checked."""
     call = _Call(_graph_of(graph), cap, time_limit, seed, method, _jobs(jobs), func=func)
     if pareto:
         return _pareto(call)
