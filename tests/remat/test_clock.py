@@ -236,3 +236,18 @@ def test_remat_and_schedule_hold_full_collections_while_they_run_and_restore_the
     with pytest.raises(RuntimeError):
         remat(g, memory_limit=11, cap=1, time_limit=5, method=fails)
     assert gc.get_threshold() == before
+
+
+def test_a_named_method_is_given_the_time_left_less_the_closing_reserve():
+    from memopt.remat.api import SOLVER_STOP_CPU
+    from memopt.remat.result import RematResult
+
+    given = []
+
+    def records_its_time(problem, **kw):
+        given.append(kw["time_limit"])
+        return RematResult(plan=None, peak=None, extra_cost=None, status="unknown", question="min_cost")
+
+    remat(held_across_big_op(), memory_limit=11, cap=1, time_limit=5, method=records_its_time)
+    # the reserve: at least the last solver's stop (0.15 x 5 s allows it), before the check
+    assert len(given) == 1 and 0 < given[0] <= 5 - SOLVER_STOP_CPU

@@ -99,7 +99,7 @@ AUTO_EXACT_SLOTS = 600
 AUTO_PARALLEL_MIN_SECONDS = 10.0
 AUTO_PARALLEL_MIN_OPS = 40
 
-#: ``auto`` keeps the time of this many evaluations of a plan (at most the share ``auto.close``)
+#: a call keeps the time of this many evaluations of a plan (at most the share ``call.close``)
 #: for what follows its parts: the exact evaluations that end the last search step and the
 #: independent check of the answer (O(steps x live tensors): about 24 evaluations; under a load
 #: of 11 on two cores 40 left DenseNet-121 at 0.9 ending 61-63 s at 60 s). One evaluation is
@@ -283,7 +283,7 @@ class _Call:
         self.import_seconds = _import_solver() if time_limit > 0 else 0.0
         self.t0 = t0 + self.compile_seconds + self.import_seconds
         self.close_plan = None  # the plan whose evaluation is timed for the closing reserve
-        self.close_most = 0.0   # the share auto.close of the question's time, in seconds
+        self.close_most = 0.0   # the share call.close of the question's time, in seconds
         # the call's one clock: every part below gets it or a share of it
         self.clock = Clock(time_limit, shares=SHARES, now=self.t0)
         self.seed = seed
@@ -384,7 +384,7 @@ class _Call:
         # the parts stop early enough to hand the plan back in time: the last search step's exact
         # evaluations and the independent check after them cost about CLOSE_EVALUATIONS
         # evaluations of a plan (DenseNet-121's training graph: 0.1 s each, the check 2.6 s)
-        self.close_plan, self.close_most = plan, clock.seconds("auto.close")
+        self.close_plan, self.close_most = plan, clock.seconds("call.close")
         clock = self.closing(clock)
         # within the limit, the no-recomputation plan is the least extra cost there is (costs are >= 0)
         best = RematResult(plan=plan, peak=pk, extra_cost=base_cost,
@@ -489,6 +489,11 @@ class _Call:
         from memopt.remat.registry import get_method
 
         p = self.p
+        # the method ends the closing reserve before the deadline, as auto's parts do (a solver
+        # stopped at the deadline took the check past it); any plan times the evaluation
+        self.close_plan = plan_from_runs_of(p, p.graph.topological_order().tolist())
+        self.close_most = clock.seconds("call.close")
+        clock = self.closing(clock)
         inc = None
         if self.func is None and get_method(self.method).kind == "exact":
             # warm start: the no-recomputation optimum, or the heuristic's plan when that
