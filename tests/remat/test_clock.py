@@ -184,3 +184,70 @@ def test_complete_means_a_fixpoint_or_a_met_target(seed):
         assert cb.complete == (cb.ended in ("fixpoint", "stop_at", "infeasible"))
         if tl == 0:
             assert not cb.complete or cb.ended != "deadline"
+
+
+# ------------------------------------------------------------------ no full garbage collection during a call
+def test_full_collections_are_held_inside_and_restored_after_nested_entries_and_errors():
+    import gc
+
+    from memopt.clock import NEVER, full_collections_held
+
+    before = gc.get_threshold()
+    with full_collections_held():
+        assert gc.get_threshold() == (*before[:2], NEVER)
+        with full_collections_held():      # a call inside a call
+            pass
+        assert gc.get_threshold()[2] == NEVER   # the inner end does not release the outer call
+    assert gc.get_threshold() == before
+    with pytest.raises(ZeroDivisionError):
+        with full_collections_held():
+            1 / 0
+    assert gc.get_threshold() == before
+
+
+def test_remat_and_schedule_hold_full_collections_while_they_run_and_restore_them():
+    import gc
+
+    from memopt.clock import NEVER
+    from memopt.remat.result import RematResult
+    from memopt.schedule.result import MethodResult
+
+    seen = []
+
+    def looks_at_the_collector(problem, **kw):
+        seen.append(gc.get_threshold()[2])
+        memopt.schedule(problem.graph, time_limit=1)        # a nested call leaves the hold on
+        seen.append(gc.get_threshold()[2])
+        return RematResult(plan=None, peak=None, extra_cost=None, status="unknown", question="min_cost")
+
+    def an_order(problem, **kw):
+        seen.append(gc.get_threshold()[2])
+        return MethodResult(order=problem.baseline_order(), peak=None)
+
+    before = gc.get_threshold()
+    g = held_across_big_op()
+    remat(g, memory_limit=11, cap=1, time_limit=5, method=looks_at_the_collector)
+    memopt.schedule(g, method=an_order, time_limit=1)
+    assert seen == [NEVER] * 3 and gc.get_threshold() == before
+
+    def fails(problem, **kw):
+        raise RuntimeError("a method that fails")
+
+    with pytest.raises(RuntimeError):
+        remat(g, memory_limit=11, cap=1, time_limit=5, method=fails)
+    assert gc.get_threshold() == before
+
+
+def test_a_named_method_is_given_the_time_left_less_the_closing_reserve():
+    from memopt.remat.api import SOLVER_STOP_CPU
+    from memopt.remat.result import RematResult
+
+    given = []
+
+    def records_its_time(problem, **kw):
+        given.append(kw["time_limit"])
+        return RematResult(plan=None, peak=None, extra_cost=None, status="unknown", question="min_cost")
+
+    remat(held_across_big_op(), memory_limit=11, cap=1, time_limit=5, method=records_its_time)
+    # the reserve: at least the last solver's stop (0.15 x 5 s allows it), before the check
+    assert len(given) == 1 and 0 < given[0] <= 5 - SOLVER_STOP_CPU

@@ -24,8 +24,9 @@ SHARES: dict[str, Share] = {
     # the scheduling core's least-peak order without recomputation (the baseline P0 and the
     # first plan; the scheduler stops early when it proves its order optimal)
     "auto.baseline": Share(0.25),
-    # the most auto keeps for handing its answer back (the independent check; api.CLOSE_EVALUATIONS)
-    "auto.close": Share(0.15, most=15.0),
+    # the most a call keeps for handing its answer back (the last search step, the solver's
+    # stop, the independent check; api.CLOSE_EVALUATIONS, api.SOLVER_STOP_CPU)
+    "call.close": Share(0.15, most=15.0),
     # the lower bound on the peak of every capped plan (the trap of the ops that may re-run)
     "auto.peak_bound": Share(0.1, most=5.0),
     # min_peak: the trap cuts under the cost budget (proofs/remat_cost_bounds.md, Corollary 7')

@@ -136,8 +136,11 @@ def schedule(model, method="auto", time_limit: float = 10.0, *, input_order=None
     model = _unwrap(model)
     problem = SchedulingProblem(model, input_order)
     from memopt import _jit
+    from memopt.clock import full_collections_held
 
-    with Progress(None, f"memopt {method}", enabled=progress) as bar, _jit.compile_notes(bar.enabled):
+    # no full garbage collection during the call (it could land after the time kept for the check)
+    with full_collections_held(), Progress(None, f"memopt {method}", enabled=progress) as bar, \
+            _jit.compile_notes(bar.enabled):
         # compile (or load) the kernels the call runs outside its phases before its clock starts,
         # each phase's right before it (Session.phase): the time limit is the solve's,
         # compilation is reported apart (stats["compile_seconds"])
