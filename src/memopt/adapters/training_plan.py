@@ -499,7 +499,7 @@ def _limit(memory_limit, memory_ratio, cost_budget, baseline: int) -> tuple[int 
 def plan(model, inputs, loss_fn: Callable | None = None, *, targets=(), memory_limit: int | None = None,
          memory_ratio=None, cost_budget=None, time_limit: float = 60.0, method: str = "auto",
          measure_step: bool = True, seed: int = 0, captured: TrainingGraph | None = None,
-         compiled: bool = False, realize: str = "fx", blocks=None) -> TrainingPlan:
+         compiled: bool = False, realize: str = "fx", blocks=None, seeds: bool = True) -> TrainingPlan:
     """Plan what one training step of ``model`` saves and recomputes, and realize it.
 
     Parameters
@@ -542,6 +542,10 @@ def plan(model, inputs, loss_fn: Callable | None = None, *, targets=(), memory_l
     blocks : list of str, optional
         ``realize="sac"``: the submodules to checkpoint (default: the model's children,
         containers opened, :func:`memopt.adapters.training_sac.default_blocks`).
+    seeds : bool
+        Start :func:`memopt.remat` from the min-cut saved sets and block-like checkpointing
+        plans of :mod:`memopt.adapters.training_seeds` (``initial=``; default). The answer is
+        then never worse than the best of them within the limit.
 
     Returns
     -------
@@ -558,6 +562,7 @@ def plan(model, inputs, loss_fn: Callable | None = None, *, targets=(), memory_l
 
     import memopt
     from memopt.clock import Clock, check_time_limit
+    from memopt.adapters.training_seeds import seed_runs
     from memopt.remat.time_shares import SHARES
 
     torch = _torch()
@@ -583,13 +588,17 @@ def plan(model, inputs, loss_fn: Callable | None = None, *, targets=(), memory_l
     baseline = tg.modelled_peak()
     limit, budget = _limit(memory_limit, memory_ratio, cost_budget, baseline)
     clock = Clock(time_limit, shares=SHARES)
-    seconds = time_limit if realizer.remat_share is None else clock.seconds(realizer.remat_share)
+    # the min-cut saved sets (memopt.adapters.training_seeds) are the solver's warm starts; built
+    # on the call's clock
+    initial = seed_runs(tg, graph, caps) if seeds else None
+    seconds = clock.left() if realizer.remat_share is None else clock.seconds(realizer.remat_share)
     if budget is not None:
-        res = memopt.remat(graph, cost_budget=budget, cap=caps, time_limit=seconds, method=method, seed=seed)
+        res = memopt.remat(graph, cost_budget=budget, cap=caps, time_limit=seconds, method=method, seed=seed,
+                           initial=initial)
         lower = None if res.lower_bound is None else res.lower_bound - resident
     else:
         res = memopt.remat(graph, memory_limit=limit + resident, cap=caps, time_limit=seconds, method=method,
-                           seed=seed)
+                           seed=seed, initial=initial)
         lower = res.cost_lower_bound
     user = [i for x in inputs + targets for i, a in enumerate(tg.args) if a is x][:len(inputs + targets)]
     common = dict(baseline_peak=baseline, memory_limit=limit, cost_budget=budget, lower_bound=lower, remat=res,
