@@ -142,3 +142,23 @@ def test_plan_from_the_seeds_is_no_worse_than_the_best_seed_within_the_limit(res
                         time_limit=0, captured=tg, measure_step=False)
     assert rep.status in ("optimal", "feasible")
     assert rep.modelled_peak <= limit and Fraction(rep.extra_flops) <= best
+
+
+def test_the_cheap_caps_let_only_ops_without_a_flop_formula_run_again(residual):
+    from memopt.adapters.training import _meta_args, op_flops
+    from memopt.adapters.training_seeds import cheap_caps, within
+
+    _, _, _, tg = residual
+    graph, caps = realizable_graph(tg)
+    cheap = cheap_caps(tg, graph, caps)
+    assert set(cheap) == set(caps) and any(cheap.values())
+    for name, k in cheap.items():
+        assert k <= caps[name]
+        if k:
+            node = tg.nodes[name]
+            assert op_flops(node.target, *_meta_args(node), node.meta.get("val")) is None, name
+    seeds = seed_runs(tg, graph, caps)
+    for runs in seeds:
+        again = {graph.op_names[v] for v, k in Counter(runs).items() if k > 1}
+        assert within(graph, runs, cheap) == all(cheap[n] >= 1 for n in again)
+    assert any(within(graph, r, cheap) for r in seeds) and not all(within(graph, r, cheap) for r in seeds)

@@ -562,7 +562,7 @@ def plan(model, inputs, loss_fn: Callable | None = None, *, targets=(), memory_l
 
     import memopt
     from memopt.clock import Clock, check_time_limit
-    from memopt.adapters.training_seeds import seed_runs
+    from memopt.adapters.training_seeds import cheap_caps, seed_runs, within
     from memopt.remat.time_shares import SHARES
 
     torch = _torch()
@@ -591,6 +591,15 @@ def plan(model, inputs, loss_fn: Callable | None = None, *, targets=(), memory_l
     # the min-cut saved sets (memopt.adapters.training_seeds) are the solver's warm starts; built
     # on the call's clock
     initial = seed_runs(tg, graph, caps) if seeds else None
+    if seeds and budget is None and realizer.remat_share is None:
+        # first the smaller search where only the ops without a FLOP formula re-run; its plan
+        # (a plan of the full caps too) is one more warm start of the full call
+        cheap = cheap_caps(tg, graph, caps)
+        first = memopt.remat(graph, memory_limit=limit + resident, cap=cheap,
+                             time_limit=clock.seconds("train.cheap_first"), method=method, seed=seed,
+                             initial=[r for r in initial if within(graph, r, cheap)])
+        if first.plan is not None and first.status in ("optimal", "feasible"):
+            initial.append(first.plan)
     seconds = clock.left() if realizer.remat_share is None else clock.seconds(realizer.remat_share)
     if budget is not None:
         res = memopt.remat(graph, cost_budget=budget, cap=caps, time_limit=seconds, method=method, seed=seed,

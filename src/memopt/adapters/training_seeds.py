@@ -30,7 +30,7 @@ from __future__ import annotations
 from memopt.adapters.training import TrainingGraph, _meta_args, op_flops
 from memopt.adapters.training_plan import BARRIER
 
-__all__ = ["mincut_recomputed", "runs_with_recomputation", "seed_runs", "TIERS"]
+__all__ = ["mincut_recomputed", "runs_with_recomputation", "seed_runs", "cheap_caps", "within", "TIERS"]
 
 #: the ladder of re-runnable ops: cheap ops without reductions, with them, then FLOP-counted
 #: ops whose cost is at most these quantiles of the forward FLOP-counted ops' costs
@@ -173,6 +173,20 @@ def _allowed_sets(tg: TrainingGraph, graph, caps: dict) -> list[set]:
             limit = costs[min(len(costs) - 1, int(tier * len(costs)))] if costs else 0
             sets.append(cheap | reductions | {n for n, c in counted.items() if c <= limit})
     return sets
+
+
+def cheap_caps(tg: TrainingGraph, graph, caps: dict) -> dict:
+    """``caps`` with every op of a FLOP formula at 0: the ops the first tier of :data:`TIERS`
+    (and its reductions) may re-run, for a search in that smaller space first."""
+    allowed = _allowed_sets(tg, graph, caps)[TIERS.index("cheap+reductions")]
+    return {n: (k if n in allowed else 0) for n, k in caps.items()}
+
+
+def within(graph, runs: list[int], caps: dict) -> bool:
+    """Does the run sequence ``runs`` (op ids) re-run each op at most ``caps[name]`` times?"""
+    from collections import Counter
+
+    return all(k - 1 <= caps[graph.op_names[v]] for v, k in Counter(runs).items())
 
 
 def _narrow_points(graph, forward: list[int], k: int) -> list[int]:
