@@ -397,7 +397,7 @@ class _Call:
         base_short = question == "min_cost" and pk > memory_limit
         if base_short:
             best = None
-        best, start = self._seeded(best, question, memory_limit, cost_budget, lower, common)
+        best, starts = self._seeded(best, question, memory_limit, cost_budget, lower, common)
         parts = dict(self.timings)
         # the bound needs no plan: with a second core it runs beside the heuristic from the start
         # (for as long as the heuristic runs where CP-SAT certainly follows: the bound's levels are
@@ -412,7 +412,7 @@ class _Call:
                 sub = clock.child("auto.heuristic" if base_short else "auto.heuristic_min_peak")
                 h = _timed(parts, "heuristic", lambda: get_method("heuristic").load()(
                     p, question=question, memory_limit=memory_limit, cost_budget=cost_budget, cap=list(p.caps),
-                    time_limit=sub.left(), incumbent=plan if start is None else start, seed=self.seed, clock=sub))
+                    time_limit=sub.left(), incumbent=plan, seed=self.seed, clock=sub, starts=starts))
                 best = _merge(question, best, h)
             inc = best.plan if best is not None and best.status != "unknown" else None
             if bg is not None and inc is not None:
@@ -491,18 +491,18 @@ class _Call:
         return self._close(best, lower, t_start)
 
     def _seeded(self, best, question, memory_limit, cost_budget, lower, common):
-        """``(best merged with the best caller's plan that answers the question, the plan the
-        heuristic starts from or None)`` (:mod:`memopt.remat.warm_start`)."""
-        from memopt.remat.warm_start import best_answer, search_start
+        """``(best merged with the best caller's plan that answers the question, the caller's
+        plans the heuristic also starts from)`` (:mod:`memopt.remat.warm_start`)."""
+        from memopt.remat.warm_start import best_answer, heuristic_starts
 
         got = best_answer(self.seeds, question, memory_limit, cost_budget)
-        start = search_start(self.seeds, question, memory_limit, cost_budget)
+        starts = heuristic_starts(self.seeds, question, memory_limit, cost_budget)
         if got is not None:
             given = RematResult(plan=got.plan, peak=got.peak, extra_cost=got.extra_cost, status="feasible",
                                 lower_bound=lower, cost_lower_bound=0 if question == "min_cost" else None,
                                 **{**common, "method": "initial plan"})
             best = _merge(question, best, given)
-        return best, None if start is None else start.plan
+        return best, starts
 
     def _method(self, question, memory_limit, cost_budget, clock, lower, common, t_start) -> RematResult:
         """A registered method (given the clock) or a user's callable (given ``time_limit``)."""
@@ -510,7 +510,7 @@ class _Call:
 
         p = self.p
         inc = None
-        seeded, start = self._seeded(None, question, memory_limit, cost_budget, lower, common)
+        seeded, starts = self._seeded(None, question, memory_limit, cost_budget, lower, common)
         if self.func is None and get_method(self.method).kind == "exact":
             # warm start: the no-recomputation optimum, or the heuristic's plan when that
             # does not fit the limit (a share of the time)
@@ -528,8 +528,8 @@ class _Call:
                 # the better of the two warm starts (a min_peak incumbent only has to be within the budget)
                 if inc is None or better(question, (seeded.peak, seeded.extra_cost), evaluate(p, inc)):
                     inc = seeded.plan
-        elif start is not None:
-            inc = start  # the heuristic (or a callable) starts from the caller's best plan
+        elif starts:
+            inc = starts[0]  # the heuristic (or a callable) starts from the caller's best plan
         kw = dict(question=question, memory_limit=memory_limit, cost_budget=cost_budget, cap=list(p.caps),
                   time_limit=clock.left(), incumbent=inc, seed=self.seed)
         if self.func is None:

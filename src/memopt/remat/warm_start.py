@@ -7,8 +7,8 @@ as a run sequence (op names or ids, repetitions allowed; freed as early as possi
 under the call's caps; an invalid one is the caller's error (:class:`~memopt.errors.OptionError`,
 one line). ``auto`` then starts from them: the best one that answers the question is the
 incumbent every later part must beat (so the answer is never worse than it), and the
-heuristic's search starts from the best one (or, when none fits a memory limit, from the one
-with the least peak) instead of the no-recomputation order. Their status is ``feasible``: a
+heuristic's search also starts from every one that answers it (or, when none fits a memory
+limit, from the one with the least peak), beside the scheduler's order. Their status is ``feasible``: a
 seed proves nothing beyond itself. The plan returned is checked by the independent checker
 like every answer.
 """
@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 from memopt.errors import MemoptError, OptionError
 
-__all__ = ["Seed", "checked_initial", "best_answer", "search_start"]
+__all__ = ["Seed", "checked_initial", "best_answer", "search_start", "heuristic_starts"]
 
 
 class Seed(NamedTuple):
@@ -62,6 +62,21 @@ def best_answer(seeds: list[Seed], question: str, memory_limit=None, cost_budget
                 better(question, (s.peak, s.extra_cost), None if best is None else (best.peak, best.extra_cost)):
             best = s
     return best
+
+
+def heuristic_starts(seeds: list[Seed], question: str, memory_limit=None, cost_budget=None) -> list:
+    """The plans the heuristic also starts from (beside the scheduler's order): every seed
+    that answers the question, best first; else (``min_cost``) the one with the least peak.
+    A start that does not fit may take the greedy all the time left, hence only one."""
+    from memopt.remat.model_common import answers
+
+    ok = [s for s in seeds if answers(question, s.peak, s.extra_cost, memory_limit, cost_budget)]
+    if ok:
+        key = (lambda s: (Fraction(s.extra_cost), s.peak)) if question == "min_cost" else \
+            (lambda s: (s.peak, Fraction(s.extra_cost)))
+        return [s.plan for s in sorted(ok, key=key)]
+    start = search_start(seeds, question, memory_limit, cost_budget)
+    return [] if start is None else [start.plan]
 
 
 def search_start(seeds: list[Seed], question: str, memory_limit=None, cost_budget=None) -> Seed | None:
