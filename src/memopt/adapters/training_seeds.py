@@ -21,11 +21,16 @@ Which ops may re-run is a ladder (:data:`TIERS`), as PyTorch's rules and then it
 budget widen it: the ops without a FLOP formula (element-wise, views, normalizations' cheap
 parts) except reductions (an output 4x smaller than its inputs: saving it is cheaper), then
 those reductions, then the FLOP-counted ops (matrix products, convolutions, attention) up to a
-rising cost threshold. A wider set gives a smaller saved set at more extra cost; the solver
-gets every distinct plan and starts from the cheapest that fits its limit.
+rising cost threshold. A wider set gives a smaller saved set at more extra cost. The *priced*
+cuts (:data:`PRICES`) let every op re-run but charge each one the forward needs its extra cost
+times a price in bytes (an arc from the source, cut when it re-runs): the cut then minimizes
+saved bytes plus priced extra cost, a trade-off PyTorch's cut leaves to its knapsack. The
+solver gets every distinct plan and starts from the cheapest that fits its limit.
 """
 
 from __future__ import annotations
+
+from fractions import Fraction
 
 from memopt.adapters.training import TrainingGraph, _meta_args, op_flops
 from memopt.adapters.training_plan import BARRIER
@@ -62,10 +67,12 @@ def _forward_needed(graph, barrier: int, ins) -> set:
     return need
 
 
-def mincut_recomputed(graph, allowed: set) -> set:
+def mincut_recomputed(graph, allowed: set, price: Fraction | None = None) -> set:
     """Sink-side op ids of the minimum cut (see the module docstring) when only the ops in
     ``allowed`` may run in the backward besides the backward ops: the ops that run (again) in
-    the backward; the tensors cut are the saved ones."""
+    the backward; the tensors cut are the saved ones. ``price``: bytes per unit of extra cost;
+    an allowed op the forward needs then also has an arc from the source of ``price`` times its
+    cost (cut when it re-runs), so the cut minimizes saved bytes plus priced extra cost."""
     from ortools.graph.python import max_flow
 
     names = graph.op_names
@@ -74,7 +81,10 @@ def mincut_recomputed(graph, allowed: set) -> set:
     T, N = graph.num_tensors, graph.num_ops
     source, sink = 2 * T + N, 2 * T + N + 1
     sizes = graph.tensor_size
-    inf = int(sizes.sum()) + 1
+    num, den = (0, 1) if price is None else (price.numerator, price.denominator)
+    costs = graph.op_cost_exact
+    needed = _forward_needed(graph, barrier, [graph.inputs_of(v).tolist() for v in range(N)]) if num else set()
+    inf = int(sizes.sum()) * den + sum(int(-(-Fraction(costs[v]) * num // 1)) for v in needed) + 1
     tails, heads, caps = [], [], []
 
     def arc(a, b, c):
@@ -83,7 +93,7 @@ def mincut_recomputed(graph, allowed: set) -> set:
         caps.append(c)
 
     for t in range(T):
-        arc(2 * t, 2 * t + 1, 0 if graph.tensor_resident[t] else int(sizes[t]))
+        arc(2 * t, 2 * t + 1, 0 if graph.tensor_resident[t] else int(sizes[t]) * den)
         if graph.tensor_producer[t] < 0:
             arc(source, 2 * t, inf)
         for u in graph.consumers_of(t).tolist():
@@ -96,6 +106,8 @@ def mincut_recomputed(graph, allowed: set) -> set:
             arc(2 * T + v, sink, inf)
         elif v == barrier or names[v] not in allowed:
             arc(source, 2 * T + v, inf)
+        elif v in needed:
+            arc(source, 2 * T + v, int(-(-Fraction(costs[v]) * num // 1)))  # its cost, rounded up
     flow = max_flow.SimpleMaxFlow()
     flow.add_arcs_with_capacity(tails, heads, caps)
     if flow.solve(source, sink) != flow.OPTIMAL:
@@ -231,6 +243,11 @@ def _segment_allowed(graph, caps: dict, forward: list[int], k: int) -> set:
     return {graph.op_names[v] for v in forward if caps.get(graph.op_names[v], 0) >= 1 and v not in keep}
 
 
+#: prices (bytes per unit of extra cost) of the priced cuts: an element-wise op re-making a
+#: float32 tensor costs 1 per 4 bytes, so 4 and above re-run it when that saves its bytes; a
+#: matrix product frees about 2 / k bytes per FLOP (k its inner size), hence the range
+PRICES = tuple(Fraction(4, 2 ** j) for j in range(0, 15))
+
 #: segment counts of the block-checkpointing seeds (:func:`_segment_allowed`)
 SEGMENTS = (2, 4, 8, 16, 32)
 
@@ -245,8 +262,10 @@ def seed_runs(tg: TrainingGraph, graph, caps: dict) -> list[list[int]]:
                and graph.op_names[v] != BARRIER]
     sets = _allowed_sets(tg, graph, caps) + [_segment_allowed(graph, caps, forward, k) for k in SEGMENTS
                                              if k < len(forward)]
-    for allowed in sets:
-        runs = runs_with_recomputation(graph, mincut_recomputed(graph, allowed))
+    every = {n for n in graph.op_names if caps.get(n, 0) >= 1}
+    cuts = [(allowed, None) for allowed in sets] + [(every, price) for price in PRICES]
+    for allowed, price in cuts:
+        runs = runs_with_recomputation(graph, mincut_recomputed(graph, allowed, price))
         if tuple(runs) not in seen:
             seen.add(tuple(runs))
             out.append(runs)
