@@ -176,3 +176,23 @@ def test_the_cheap_caps_let_only_ops_without_a_flop_formula_run_again(residual):
         again = {graph.op_names[v] for v, k in Counter(runs).items() if k > 1}
         assert within(graph, runs, cheap) == all(cheap[n] >= 1 for n in again)
     assert any(within(graph, r, cheap) for r in seeds) and not all(within(graph, r, cheap) for r in seeds)
+
+
+@pytest.mark.parametrize("where", ["end", "nll_loss_backward"])
+def test_a_loss_op_run_again_in_the_backward_is_measured_to_the_byte(residual, where):
+    """The loss is a view of nll_loss_forward's output; re-running that op after the barrier
+    makes the new copy the step's loss (the model frees the forward's at the barrier)."""
+    model, x, labels, tg = residual
+    tgw = tg.with_workspace(training.measure(tg).transients)
+    graph, caps = realizable_graph(tgw)
+    names = list(graph.op_names)
+    loss_op = next(o.name for o in tg._ops if o.name.startswith("nll_loss_forward"))
+    names.insert(names.index(where) if where != "end" else len(names), loss_op)
+    runs = [graph.op_index[n] for n in names]
+    pk, _ = check_plan(graph, plan_from_runs(graph, names), cap=[caps[n] for n in graph.op_names])
+    rep = training.plan(model, x, torch.nn.functional.cross_entropy, targets=labels,
+                        memory_limit=pk - graph.resident_bytes, time_limit=5, captured=tg,
+                        method=_fixed(graph, runs), seeds=False)
+    assert rep.recomputed == (loss_op,)
+    assert rep.peak == rep.modelled_peak
+    assert_step_is_eager(rep, model, x, labels)

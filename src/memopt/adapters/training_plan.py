@@ -252,10 +252,18 @@ def _programs(tg: TrainingGraph, runs: list[str]) -> _Programs:
     # a step result is its last production: a loss or buffer update the backward rebuilt comes
     # from there (the forward's copy was freed at the barrier, as the plan frees it)
     named = [*loss, *updates]
+    state.update(graph=bw, env=bw_env)
+    for a in named:
+        op = owner_op(a)
+        if op is not None and op in bw_env and bw_env[op].op != "placeholder":
+            # a loss that is a view of a result the backward re-made (nll_loss's output): the
+            # model frees the forward's copy at the barrier and keeps the new one (the view's
+            # base is a step output), so the view is derived again from the new copy and taken
+            # from the backward (else the step holds the forward's 4-byte copy to the end)
+            lookup(a)
     rebuilt = [a for a in named if a in bw_env and bw_env[a].op != "placeholder"]
     results = [(_tensor_name(a), "forward", i) for i, a in enumerate(named) if a not in rebuilt]
     results += [(_tensor_name(a), "backward", i) for i, a in enumerate([*grads, *rebuilt])]
-    state.update(graph=bw, env=bw_env)
     bw.output(tuple(lookup(a) for a in (*grads, *rebuilt)))
     # the forward's own copies, as the barrier and the backward's inputs took them
     fw.output(tuple(fw_env[a] for a in (*named, *saved)))
