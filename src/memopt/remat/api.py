@@ -397,7 +397,7 @@ class _Call:
         base_short = question == "min_cost" and pk > memory_limit
         if base_short:
             best = None
-        best, starts, lead = self._seeded(best, question, memory_limit, cost_budget, lower, common)
+        best, starts = self._seeded(best, question, memory_limit, cost_budget, lower, common)
         parts = dict(self.timings)
         # the bound needs no plan: with a second core it runs beside the heuristic from the start
         # (for as long as the heuristic runs where CP-SAT certainly follows: the bound's levels are
@@ -412,8 +412,7 @@ class _Call:
                 sub = clock.child("auto.heuristic" if base_short else "auto.heuristic_min_peak")
                 h = _timed(parts, "heuristic", lambda: get_method("heuristic").load()(
                     p, question=question, memory_limit=memory_limit, cost_budget=cost_budget, cap=list(p.caps),
-                    time_limit=sub.left(), incumbent=plan if lead is None else lead, seed=self.seed, clock=sub,
-                    starts=starts))
+                    time_limit=sub.left(), incumbent=plan, seed=self.seed, clock=sub, starts=starts))
                 best = _merge(question, best, h)
             inc = best.plan if best is not None and best.status != "unknown" else None
             if bg is not None and inc is not None:
@@ -493,12 +492,7 @@ class _Call:
 
     def _seeded(self, best, question, memory_limit, cost_budget, lower, common):
         """``(best merged with the best caller's plan that answers the question, the caller's
-        plans the heuristic also starts from, the one it starts from instead of the scheduler's
-        order or None)`` (:mod:`memopt.remat.warm_start`). A plan that does not answer the
-        question leads (DenseNet-121's training step at 51.25 MB: from the scheduler's order no
-        plan fit in the time, from the least-peak seed one at 0 FLOPs); plans that answer it are
-        extra starts (ViT's at 36.7 MB: from the best seed alone 323 MFLOP, beside the
-        scheduler's order 255)."""
+        plans the heuristic also starts from)`` (:mod:`memopt.remat.warm_start`)."""
         from memopt.remat.warm_start import best_answer, heuristic_starts
 
         got = best_answer(self.seeds, question, memory_limit, cost_budget)
@@ -508,9 +502,7 @@ class _Call:
                                 lower_bound=lower, cost_lower_bound=0 if question == "min_cost" else None,
                                 **{**common, "method": "initial plan"})
             best = _merge(question, best, given)
-        if got is None and starts:
-            return best, [], starts[0]
-        return best, starts, None
+        return best, starts
 
     def _method(self, question, memory_limit, cost_budget, clock, lower, common, t_start) -> RematResult:
         """A registered method (given the clock) or a user's callable (given ``time_limit``)."""
@@ -518,7 +510,7 @@ class _Call:
 
         p = self.p
         inc = None
-        seeded, starts, lead = self._seeded(None, question, memory_limit, cost_budget, lower, common)
+        seeded, starts = self._seeded(None, question, memory_limit, cost_budget, lower, common)
         if self.func is None and get_method(self.method).kind == "exact":
             # warm start: the no-recomputation optimum, or the heuristic's plan when that
             # does not fit the limit (a share of the time)
@@ -536,8 +528,8 @@ class _Call:
                 # the better of the two warm starts (a min_peak incumbent only has to be within the budget)
                 if inc is None or better(question, (seeded.peak, seeded.extra_cost), evaluate(p, inc)):
                     inc = seeded.plan
-        elif starts or lead is not None:
-            inc = lead if lead is not None else starts[0]  # the heuristic (or a callable) starts from the caller's best
+        elif starts:
+            inc = starts[0]  # the heuristic (or a callable) starts from the caller's best plan
         kw = dict(question=question, memory_limit=memory_limit, cost_budget=cost_budget, cap=list(p.caps),
                   time_limit=clock.left(), incumbent=inc, seed=self.seed)
         if self.func is None:

@@ -7,9 +7,8 @@ as a run sequence (op names or ids, repetitions allowed; freed as early as possi
 under the call's caps; an invalid one is the caller's error (:class:`~memopt.errors.OptionError`,
 one line). ``auto`` then starts from them: the best one that answers the question is the
 incumbent every later part must beat (so the answer is never worse than it), and the
-heuristic's search also starts from every one that answers it, beside the scheduler's order;
-when none fits a memory limit, it starts from the one with the least peak instead of that
-order. Their status is ``feasible``: a
+heuristic's search also starts from every one that answers it (or, when none fits a memory
+limit, from the one with the least peak), beside the scheduler's order. Their status is ``feasible``: a
 seed proves nothing beyond itself. The plan returned is checked by the independent checker
 like every answer.
 """
