@@ -32,6 +32,7 @@ gradient against the plain eager step on a copy of the model.
 
     python benchmarks/train_remat.py --models resnet18 --batch 8 --size 64 --out-dir DIR [--plot DIR]
     python benchmarks/train_remat.py --table DIR/resnet18.json [--plot DIR]   # table / plot of a run
+    python benchmarks/train_remat.py --models gpt2 --baselines-from OLD --out-dir DIR   # memopt again, same baselines
 
 One JSON per model (``DIR/<model>.json``), rewritten after every row, so that a run cut short
 keeps its finished models.
@@ -53,6 +54,8 @@ SOLVERS = ("dp", "greedy", "ilp")
 #: memopt's own points: fractions of its modelled no-recomputation peak
 RATIOS = (0.8, 0.6)
 HERE = os.path.dirname(os.path.abspath(__file__))
+#: the rows ``--baselines-from`` takes from an earlier run
+BASELINES = ("eager", "block checkpoint", "pytorch")
 
 
 # ----------------------------------------------------------------------------- models
@@ -395,10 +398,25 @@ def run_model(name: str, args, save) -> list[dict]:
         print(json.dumps(rows[-1]), flush=True)
         save(rows)
 
-    add(eager_point(name, args))
-    add(eager_point(name, args, checkpointed=True))
-    for row in _torch_rows(name, args):
-        add(row)
+    if args.baselines_from:
+        # the eager, block-checkpoint and PyTorch rows of an earlier run of the same model and
+        # settings (deterministic byte counts), so that a run re-measures memopt alone
+        with open(os.path.join(args.baselines_from, f"{name}.json")) as f:
+            old = json.load(f)
+        same = ("model", "batch", "size", "seed", "torch")
+        if any(old[0].get(k) != setup[k] for k in same):
+            raise SystemExit(f"--baselines-from: {name}.json was run with other settings "
+                             f"({', '.join(f'{k}={old[0].get(k)}' for k in same)})")
+        rows[0]["baselines_from"] = dict(path=os.path.join(args.baselines_from, f"{name}.json"),
+                                         start_utc=old[0].get("start_utc"))
+        for row in old:
+            if row.get("who") in BASELINES:
+                add({k: v for k, v in row.items() if k != "model"})
+    else:
+        add(eager_point(name, args))
+        add(eager_point(name, args, checkpointed=True))
+        for row in _torch_rows(name, args):
+            add(row)
     # memopt: one model and one capture for every limit (the step's graph does not depend on it)
     model, inputs, targets = _fresh(name, args)
     t = time.perf_counter()
@@ -586,6 +604,8 @@ def main(argv=None) -> int:
     p.add_argument("--ratios", type=float, nargs="*", default=list(RATIOS))
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out-dir", default=".", help="one JSON per model: DIR/<model>.json")
+    p.add_argument("--baselines-from", metavar="DIR", help="take the eager, block-checkpoint and PyTorch rows "
+                   "from DIR/<model>.json of an earlier run with the same settings; measure memopt only")
     p.add_argument("--plot", metavar="DIR", help="a Pareto plot per model: DIR/train_remat_<model>.png")
     p.add_argument("--table", nargs="+", metavar="JSON", help="print the tables of finished runs (and --plot)")
     p.add_argument("--torch-points", nargs="+", help=argparse.SUPPRESS)

@@ -54,7 +54,7 @@ def test_schedule_and_remat_are_plain_functions_with_the_implementations_signatu
         "model", "method", "time_limit", "input_order", "seed", "progress"]
     assert list(inspect.signature(memopt.remat).parameters) == [
         "graph", "memory_limit", "memory_ratio", "cost_budget", "pareto", "cap", "method", "time_limit", "seed",
-        "jobs"]
+        "jobs", "initial"]
 
 
 def test_the_functions_stay_bound_after_every_style_of_subpackage_import():

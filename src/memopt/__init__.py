@@ -127,7 +127,7 @@ def schedule(model, method="auto", time_limit: float = 10.0, *, input_order=None
 
 
 def remat(graph, *, memory_limit=None, memory_ratio=None, cost_budget=None, pareto: bool = False, cap=1,
-          method="auto", time_limit: float = 10.0, seed: int = 0, jobs: int | None = None):
+          method="auto", time_limit: float = 10.0, seed: int = 0, jobs: int | None = None, initial=None):
     """Capped selective recomputation: plans that re-run ops to lower the peak memory.
 
     Answers exactly one question (``docs/remat.md``); every plan returned was
@@ -163,6 +163,11 @@ def remat(graph, *, memory_limit=None, memory_ratio=None, cost_budget=None, pare
         Seed of the randomized parts.
     jobs : int, optional
         Processes ``auto`` may run at once (default: 2 where two cores are usable, else 1).
+    initial : list, optional
+        Warm starts: plans (:class:`~memopt.remat.RematPlan`, or run sequences of op names or
+        ids) to start from (:mod:`memopt.remat.warm_start`); each is validated under the caps
+        (else :class:`OptionError`). The answer is never worse than the best of them that
+        answers the question.
 
     Returns
     -------
@@ -198,7 +203,8 @@ def remat(graph, *, memory_limit=None, memory_ratio=None, cost_budget=None, pare
     from memopt.remat.api import remat as run
 
     return run(graph, memory_limit=memory_limit, memory_ratio=memory_ratio, cost_budget=cost_budget, pareto=pareto,
-               cap=cap, method=method, time_limit=time_limit, seed=seed, jobs=jobs)
+               cap=cap, method=method, time_limit=time_limit, seed=seed, jobs=jobs,
+               initial=initial)
 
 
 class _Package(_ModuleType):

@@ -8,6 +8,8 @@ blocks whose checkpointing lowers the peak (the selective-checkpointing tests).
 
 from __future__ import annotations
 
+import copy
+
 import torch
 
 
@@ -61,3 +63,21 @@ class ResidualMLP(torch.nn.Module):
 
     def forward(self, x):
         return self.head(self.blocks(self.inp(x)))
+
+
+def assert_step_is_eager(rep, model, x, labels):
+    """One planned step (``rep.step``) of ``model`` from ``.grad = None``: its loss, gradients
+    and buffers bitwise those of one plain eager ``loss.backward()`` on a copy in the same
+    state. Returns the copy (for further steps)."""
+    for p in model.parameters():
+        p.grad = None
+    reference = copy.deepcopy(model)
+    loss = rep.step(x, labels)
+    ref_loss = torch.nn.functional.cross_entropy(reference(x), labels)
+    ref_loss.backward()
+    assert torch.equal(loss, ref_loss)
+    for (name, p), (_, q) in zip(model.named_parameters(), reference.named_parameters()):
+        assert torch.equal(p.grad, q.grad), name
+    for (name, b), (_, c) in zip(model.named_buffers(), reference.named_buffers()):
+        assert torch.equal(b, c), name
+    return reference

@@ -30,7 +30,7 @@ from memopt.adapters.training_plan import BARRIER, realizable_graph  # noqa: E40
 from memopt.cli import main  # noqa: E402
 from memopt.errors import OptionError  # noqa: E402
 from memopt.remat import check_plan, plan_from_runs  # noqa: E402
-from _torch_models import CNN, MLP  # noqa: E402
+from _torch_models import CNN, MLP, assert_step_is_eager  # noqa: E402
 
 
 def _planned(model_cls, shape, ratio):
@@ -111,17 +111,7 @@ def test_the_planned_step_is_measured_to_the_byte(case, request):
 @pytest.mark.parametrize("case", CASES)
 def test_loss_gradients_and_statistics_are_bitwise_those_of_eager(case, request):
     model, x, labels, rep = request.getfixturevalue(case)
-    for p in model.parameters():
-        p.grad = None
-    reference = copy.deepcopy(model)
-    loss = rep.step(x, labels)
-    ref_loss = torch.nn.functional.cross_entropy(reference(x), labels)
-    ref_loss.backward()
-    assert torch.equal(loss, ref_loss)
-    for (name, p), (_, q) in zip(model.named_parameters(), reference.named_parameters()):
-        assert torch.equal(p.grad, q.grad), name
-    for (name, b), (_, c) in zip(model.named_buffers(), reference.named_buffers()):
-        assert torch.equal(b, c), name
+    reference = assert_step_is_eager(rep, model, x, labels)
     # a second step adds its gradients, as loss.backward() does
     rep.step(x, labels)
     torch.nn.functional.cross_entropy(reference(x), labels).backward()

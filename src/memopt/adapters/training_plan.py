@@ -252,10 +252,18 @@ def _programs(tg: TrainingGraph, runs: list[str]) -> _Programs:
     # a step result is its last production: a loss or buffer update the backward rebuilt comes
     # from there (the forward's copy was freed at the barrier, as the plan frees it)
     named = [*loss, *updates]
+    state.update(graph=bw, env=bw_env)
+    for a in named:
+        op = owner_op(a)
+        if op is not None and op in bw_env and bw_env[op].op != "placeholder":
+            # a loss that is a view of a result the backward re-made (nll_loss's output): the
+            # model frees the forward's copy at the barrier and keeps the new one (the view's
+            # base is a step output), so the view is derived again from the new copy and taken
+            # from the backward (else the step holds the forward's 4-byte copy to the end)
+            lookup(a)
     rebuilt = [a for a in named if a in bw_env and bw_env[a].op != "placeholder"]
     results = [(_tensor_name(a), "forward", i) for i, a in enumerate(named) if a not in rebuilt]
     results += [(_tensor_name(a), "backward", i) for i, a in enumerate([*grads, *rebuilt])]
-    state.update(graph=bw, env=bw_env)
     bw.output(tuple(lookup(a) for a in (*grads, *rebuilt)))
     # the forward's own copies, as the barrier and the backward's inputs took them
     fw.output(tuple(fw_env[a] for a in (*named, *saved)))
@@ -499,7 +507,7 @@ def _limit(memory_limit, memory_ratio, cost_budget, baseline: int) -> tuple[int 
 def plan(model, inputs, loss_fn: Callable | None = None, *, targets=(), memory_limit: int | None = None,
          memory_ratio=None, cost_budget=None, time_limit: float = 60.0, method: str = "auto",
          measure_step: bool = True, seed: int = 0, captured: TrainingGraph | None = None,
-         compiled: bool = False, realize: str = "fx", blocks=None) -> TrainingPlan:
+         compiled: bool = False, realize: str = "fx", blocks=None, seeds: bool = True) -> TrainingPlan:
     """Plan what one training step of ``model`` saves and recomputes, and realize it.
 
     Parameters
@@ -542,6 +550,10 @@ def plan(model, inputs, loss_fn: Callable | None = None, *, targets=(), memory_l
     blocks : list of str, optional
         ``realize="sac"``: the submodules to checkpoint (default: the model's children,
         containers opened, :func:`memopt.adapters.training_sac.default_blocks`).
+    seeds : bool
+        Start :func:`memopt.remat` from the min-cut saved sets and block-like checkpointing
+        plans of :mod:`memopt.adapters.training_seeds` (``initial=``; default). The answer is
+        then never worse than the best of them within the limit.
 
     Returns
     -------
@@ -558,6 +570,7 @@ def plan(model, inputs, loss_fn: Callable | None = None, *, targets=(), memory_l
 
     import memopt
     from memopt.clock import Clock, check_time_limit
+    from memopt.adapters.training_seeds import cheap_caps, seed_runs, within
     from memopt.remat.time_shares import SHARES
 
     torch = _torch()
@@ -583,13 +596,26 @@ def plan(model, inputs, loss_fn: Callable | None = None, *, targets=(), memory_l
     baseline = tg.modelled_peak()
     limit, budget = _limit(memory_limit, memory_ratio, cost_budget, baseline)
     clock = Clock(time_limit, shares=SHARES)
-    seconds = time_limit if realizer.remat_share is None else clock.seconds(realizer.remat_share)
+    # the min-cut saved sets (memopt.adapters.training_seeds) are the solver's warm starts; built
+    # on the call's clock
+    initial = seed_runs(tg, graph, caps) if seeds else None
+    if seeds and budget is None and realizer.remat_share is None:
+        # first the smaller search where only the ops without a FLOP formula re-run; its plan
+        # (a plan of the full caps too) is one more warm start of the full call
+        cheap = cheap_caps(tg, graph, caps)
+        first = memopt.remat(graph, memory_limit=limit + resident, cap=cheap,
+                             time_limit=clock.seconds("train.cheap_first"), method=method, seed=seed,
+                             initial=[r for r in initial if within(graph, r, cheap)])
+        if first.plan is not None and first.status in ("optimal", "feasible"):
+            initial.append(first.plan)
+    seconds = clock.left() if realizer.remat_share is None else clock.seconds(realizer.remat_share)
     if budget is not None:
-        res = memopt.remat(graph, cost_budget=budget, cap=caps, time_limit=seconds, method=method, seed=seed)
+        res = memopt.remat(graph, cost_budget=budget, cap=caps, time_limit=seconds, method=method, seed=seed,
+                           initial=initial)
         lower = None if res.lower_bound is None else res.lower_bound - resident
     else:
         res = memopt.remat(graph, memory_limit=limit + resident, cap=caps, time_limit=seconds, method=method,
-                           seed=seed)
+                           seed=seed, initial=initial)
         lower = res.cost_lower_bound
     user = [i for x in inputs + targets for i, a in enumerate(tg.args) if a is x][:len(inputs + targets)]
     common = dict(baseline_peak=baseline, memory_limit=limit, cost_budget=budget, lower_bound=lower, remat=res,

@@ -269,7 +269,7 @@ def plan_from_runs(graph, runs):
 class _Call:
     """One ``remat`` call: the problem, its clock, the scheduling baseline, the bound."""
 
-    def __init__(self, graph, cap, time_limit, seed, method, jobs=1, func=None):
+    def __init__(self, graph, cap, time_limit, seed, method, jobs=1, func=None, initial=None):
         from memopt import _jit
         from memopt.clock import Clock
         from memopt.remat.time_shares import SHARES
@@ -286,6 +286,10 @@ class _Call:
         self.close_most = 0.0   # the share call.close of the question's time, in seconds
         # the call's one clock: every part below gets it or a share of it
         self.clock = Clock(time_limit, shares=SHARES, now=self.t0)
+        from memopt.remat.warm_start import checked_initial
+
+        # the caller's plans (memopt.remat.warm_start), evaluated on the call's clock
+        self.seeds = checked_initial(self.p, initial)
         self.seed = seed
         self.method = method
         self.func = func  # a user's callable method, run under the name ``method``
@@ -396,23 +400,25 @@ class _Call:
         best = RematResult(plan=plan, peak=pk, extra_cost=base_cost,
                            status="optimal" if question == "min_cost" else "feasible",
                            lower_bound=lower, cost_lower_bound=0 if question == "min_cost" else None, **common)
-        if question == "min_cost" and pk > memory_limit:
+        base_short = question == "min_cost" and pk > memory_limit
+        if base_short:
             best = None
+        best, starts = self._seeded(best, question, memory_limit, cost_budget, lower, common)
         parts = dict(self.timings)
         # the bound needs no plan: with a second core it runs beside the heuristic from the start
         # (for as long as the heuristic runs where CP-SAT certainly follows: the bound's levels are
         # paced by its time limit, so it is told the time it will have)
         bg = None
-        if question == "min_cost" and best is None:
+        if base_short:
             models = sum(1 + k for k in p.caps) <= AUTO_EXACT_SLOTS
             bg = self._bound_process(memory_limit, clock, "auto.heuristic" if models else "auto.parallel_bound")
         try:
-            if (best is None or (question == "min_peak" and best.peak > lower)) and not clock.expired():
+            if (base_short or (question == "min_peak" and best.peak > lower)) and not clock.expired():
                 # without any plan within the limit the heuristic is what the rest builds on: more time
-                sub = clock.child("auto.heuristic" if best is None else "auto.heuristic_min_peak")
+                sub = clock.child("auto.heuristic" if base_short else "auto.heuristic_min_peak")
                 h = _timed(parts, "heuristic", lambda: get_method("heuristic").load()(
                     p, question=question, memory_limit=memory_limit, cost_budget=cost_budget, cap=list(p.caps),
-                    time_limit=sub.left(), incumbent=plan, seed=self.seed, clock=sub))
+                    time_limit=sub.left(), incumbent=plan, seed=self.seed, clock=sub, starts=starts))
                 best = _merge(question, best, h)
             inc = best.plan if best is not None and best.status != "unknown" else None
             if bg is not None and inc is not None:
@@ -490,6 +496,20 @@ class _Call:
         best = best.with_(stats=stats)
         return self._close(best, lower, t_start)
 
+    def _seeded(self, best, question, memory_limit, cost_budget, lower, common):
+        """``(best merged with the best caller's plan that answers the question, the caller's
+        plans the heuristic also starts from)`` (:mod:`memopt.remat.warm_start`)."""
+        from memopt.remat.warm_start import best_answer, heuristic_starts
+
+        got = best_answer(self.seeds, question, memory_limit, cost_budget)
+        starts = heuristic_starts(self.seeds, question, memory_limit, cost_budget)
+        if got is not None:
+            given = RematResult(plan=got.plan, peak=got.peak, extra_cost=got.extra_cost, status="feasible",
+                                lower_bound=lower, cost_lower_bound=0 if question == "min_cost" else None,
+                                **{**common, "method": "initial plan"})
+            best = _merge(question, best, given)
+        return best, starts
+
     def _method(self, question, memory_limit, cost_budget, clock, lower, common, t_start) -> RematResult:
         """A registered method (given the clock) or a user's callable (given ``time_limit``)."""
         from memopt.remat.registry import get_method
@@ -501,6 +521,7 @@ class _Call:
         self.close_most = clock.seconds("call.close")
         clock = self.closing(clock)
         inc = None
+        seeded, starts = self._seeded(None, question, memory_limit, cost_budget, lower, common)
         if self.func is None and get_method(self.method).kind == "exact":
             # warm start: the no-recomputation optimum, or the heuristic's plan when that
             # does not fit the limit (a share of the time)
@@ -512,12 +533,22 @@ class _Call:
                                                    cost_budget=cost_budget, cap=list(p.caps), time_limit=sub.left(),
                                                    incumbent=plan, seed=self.seed, clock=sub)
                 inc = h.plan if h.status in ("optimal", "feasible") else None
+            if seeded is not None:
+                from memopt.remat.model_common import evaluate
+
+                # the better of the two warm starts (a min_peak incumbent only has to be within the budget)
+                if inc is None or better(question, (seeded.peak, seeded.extra_cost), evaluate(p, inc)):
+                    inc = seeded.plan
+        elif starts:
+            inc = starts[0]  # the heuristic (or a callable) starts from the caller's best plan
         kw = dict(question=question, memory_limit=memory_limit, cost_budget=cost_budget, cap=list(p.caps),
                   time_limit=clock.left(), incumbent=inc, seed=self.seed)
         if self.func is None:
             res = get_method(self.method).load()(p, clock=clock, **kw)
         else:
             res = checked_method_result(self.method, self.func(p, **kw), p, common)
+        if seeded is not None:
+            res = _merge(question, res, seeded)  # never worse than the caller's best plan
         if res.status == "unknown" and "reason" not in res.stats:
             res = res.with_(stats={**res.stats, "reason": _reason(clock, {})})
         return self._close(res, lower, t_start)
@@ -737,7 +768,7 @@ def _merge(question: str, a: RematResult | None, b: RematResult) -> RematResult:
 
 
 def remat(graph, *, memory_limit=None, memory_ratio=None, cost_budget=None, pareto: bool = False, cap=1,
-          method="auto", time_limit: float = 10.0, seed: int = 0, jobs: int | None = None):
+          method="auto", time_limit: float = 10.0, seed: int = 0, jobs: int | None = None, initial=None):
     """The implementation of :func:`memopt.remat` (same parameters, documented there; the
     strategy of ``auto`` in the module docstring)."""
     from memopt.clock import check_time_limit, full_collections_held
@@ -749,12 +780,13 @@ def remat(graph, *, memory_limit=None, memory_ratio=None, cost_budget=None, pare
     # no full garbage collection during the call: one in the closing reserve overran the deadline
     with full_collections_held():
         return _remat(graph, memory_limit, memory_ratio, cost_budget, pareto, cap, method, func, time_limit, seed,
-                      jobs)
+                      jobs, initial)
 
 
-def _remat(graph, memory_limit, memory_ratio, cost_budget, pareto, cap, method, func, time_limit, seed, jobs):
+def _remat(graph, memory_limit, memory_ratio, cost_budget, pareto, cap, method, func, time_limit, seed, jobs,
+           initial):
     """:func:`remat` once its arguments are checked."""
-    call = _Call(_graph_of(graph), cap, time_limit, seed, method, _jobs(jobs), func=func)
+    call = _Call(_graph_of(graph), cap, time_limit, seed, method, _jobs(jobs), func=func, initial=initial)
     if pareto:
         return _pareto(call)
     stats = {}

@@ -782,9 +782,12 @@ def _rank(question, memory_limit, got):
 
 
 def heuristic_method(problem, *, question: str, memory_limit=None, cost_budget=None, cap=1,
-                     time_limit: float = 10.0, incumbent=None, seed: int = 0, lns: bool = True, clock=None):
+                     time_limit: float = 10.0, incumbent=None, seed: int = 0, lns: bool = True, clock=None,
+                     starts=()):
     """Registry method ``heuristic`` (see :mod:`memopt.remat.registry`). ``incumbent``: a plan
     whose runs are the starting sequence (default: the order of ``memopt.schedule``);
+    ``starts``: more plans (a caller's warm starts, :mod:`memopt.remat.warm_start`), each one
+    more start beside the held-tensor moves' answer (see :func:`_multi_start`'s ``extra``);
     ``lns``: run :func:`improve_by_lns` on a ``min_cost`` plan that fits (the default);
     ``clock``: the caller's :class:`memopt.clock.Clock` (else one of ``time_limit`` seconds)."""
     from memopt.remat.result import RematResult
@@ -793,6 +796,9 @@ def heuristic_method(problem, *, question: str, memory_limit=None, cost_budget=N
     t0 = time.perf_counter()
     clock = remat_clock(time_limit, clock)
     p = RematProblem.of(problem, cap)
+    starts_given = list(starts)
+    for s in starts_given:
+        evaluate(p, s)  # a bad start is the caller's error, named here
     early = start_result(p, question, memory_limit, cost_budget, None, "heuristic", t0)
     if early.done and early.result.status == "infeasible":
         return early.result
@@ -821,10 +827,12 @@ def heuristic_method(problem, *, question: str, memory_limit=None, cost_budget=N
 
     held = held_tensor_moves(p, runs, question, memory_limit=early.memory_limit, cost_budget=early.cost_budget,
                              deadline=clock.child("heuristic.held_tensors").end)
+    given = [s.runs().tolist() for s in starts_given]
     if lns and question == "min_cost":
-        runs, plan, peak, cost, stats = _multi_start(p, starts, early, seed, clock, extra=[held])
+        runs, plan, peak, cost, stats = _multi_start(p, starts, early, seed, clock, extra=[held, *given])
     else:
-        runs, plan, peak, cost = _greedy(p, starts + [held] * (held not in starts), question, early, clock.end)
+        more = [s for s in [held, *given] if s not in starts]
+        runs, plan, peak, cost = _greedy(p, starts + more, question, early, clock.end)
         stats = {"runs": len(runs)}
     if question == "min_cost" and peak > early.memory_limit:
         # no plan within the limit: the lowest-overflow plan, status unknown
