@@ -34,11 +34,13 @@ StreamingLLM, TOVA and ObservedAttention (``<press>-step``). A task is kept only
 full cache scores at least 50 % (checked before any press runs).
 
 ``--stream``: conversations (``conversation``: facts stated, chat, questions about earlier
-facts) streamed turn by turn through every prefill press but the oracle
+facts) streamed turn by turn through every prefill press
 (``memopt.cache.kvpress.PressedStream``: the press compresses the carried cache at every
 turn's prefill to ``int((1 - ratio) * tokens so far)`` slots per head); every question turn
-is answered and scored on the cache as it is then, retained attention is that of the question
-turn's full-cache attention (``span_attention``); the row "stream".
+is answered and scored on the cache as it is then. Retained attention is the question turns'
+full-cache attention (``span_attention``) on what the stream kept before each, summed over
+the conversation's questions, over their total; the oracle there is the stream's offline
+optimum of that sum (``StreamOracle``, an upper bound); the row "stream".
 
 The prefill presses of a sample share one prefill (``compress_many``: each press's own hook on
 its own cache, answered by kvpress's ``generate_answer``; equal to the pipeline, tested);
@@ -486,7 +488,7 @@ def run_stream(args, model, tok, pipe, emit=print) -> list:
     answered on the cache as it is; the full cache streamed alongside is the ≥ 50 % filter."""
     import torch
 
-    from memopt.cache.kvpress import PressedStream, retained_attention, span_attention
+    from memopt.cache.kvpress import PressedStream, StreamOracle, retained_attention, span_attention
 
     cells, full, shared, lengths = {}, {}, [], []
     for seed in range(args.seeds):
@@ -500,29 +502,39 @@ def run_stream(args, model, tok, pipe, emit=print) -> list:
                               span_attention(model, sum(chunks, []), [(starts[k], starts[k + 1]) for k, _, _ in questions])))
             shared.append(time.process_time() - c0)
             lengths.append(starts[-1])
-            streams = {(0.0, "full"): [PressedStream(model), None]}
+            streams = {(0.0, "full"): None}
             for ratio in args.ratios:
                 for label, press in presses(ratio, (0,), 0, False).items():
-                    if label != "oracle" and (not args.presses or label in args.presses):
-                        press.compression_ratio = 0.0        # set per turn by the stream
-                        streams[(ratio, label)] = [PressedStream(model, press), press]
-            for key, (stream, press) in streams.items():
+                    if not args.presses or label in args.presses:
+                        streams[(ratio, label)] = press
+            for key, press in streams.items():
                 c1 = time.process_time()
+                budgets = [max(1, int((1 - key[0]) * starts[k + 1])) for k in range(len(chunks))]
+                if key[1] == "oracle":    # the stream's optimum: sees every question (upper bound)
+                    press = StreamOracle(starts[1:], budgets, {k - 1: future[k] for k, _, _ in questions})
+                elif press is not None:
+                    press.compression_ratio = 0.0        # set per turn by the stream
+                stream = PressedStream(model, press)
                 c = cells.setdefault(key, {"acc": {}, "ret": {}, "cpu": [], "alone": []})
                 asked = {k: (q, a) for k, q, a in questions}
+                got_all = tot_all = 0
                 for k, ids in enumerate(chunks):
                     if k in asked:
                         q, a = asked[k]
                         out = stream.answer(pipe, torch.tensor([q]), args.new)
                         c["acc"].setdefault(seed, []).append(answered(a, out))
                         got, tot = retained_attention(stream.kept(), future[k])
-                        c["ret"].setdefault(seed, []).append(got / tot if tot else 1.0)
+                        got_all, tot_all = got_all + got, tot_all + tot
                     if press is None:
                         stream.feed(torch.tensor([ids]))
                         continue
                     if hasattr(press, "window_size"):     # SnapKV's window: inside the turn's queries
                         press.window_size = max(1, min(64, len(ids) // 2))
-                    stream.feed(torch.tensor([ids]), n_kept=max(1, int((1 - key[0]) * (starts[k] + len(ids)))))
+                    stream.feed(torch.tensor([ids]), n_kept=budgets[k])
+                if key[1] == "oracle" and got_all != press.retained:
+                    raise RuntimeError(f"the stream oracle's cache retains {got_all}, its optimum is {press.retained}")
+                # one value per conversation: the sum the oracle maximises, over its total
+                c["ret"].setdefault(seed, []).append(got_all / tot_all if tot_all else 1.0)
                 cpu = time.process_time() - c1
                 c["cpu"].append(cpu / max(1, len(questions)))
                 c["alone"].append(cpu)
