@@ -15,7 +15,9 @@ own presses; the model must use eager attention, as kvpress's ``ObservedAttentio
   rule is the one of :func:`~memopt.cache.kv_policies.simulate_kv`. For ``rmm`` with lag
   ``H``: the decision about the context prefix ``[0, n - H)`` is committed with the rows
   through ``n - 1`` (the ``H`` later context queries are its lag), the last ``H`` positions
-  are the staging buffer and **count in** ``n_kept``; ``weighting="correct"`` takes the
+  are the staging buffer and **count in** ``n_kept`` (at most half of it: ``min(H, n_kept //
+  2)`` positions are staged, so a budget under ``2 H`` still decides half its slots, the
+  attention sink among them); ``weighting="correct"`` takes the
   model's own next-token predictions on the context (one extra forward pass of the context;
   the last context row, whose next token the press cannot see, counts as correct).
   ``PolicyPress(policy="rmm", lag=0, weighting="uniform")`` keeps exactly what
@@ -285,7 +287,9 @@ def _build() -> None:
             first = n - A.shape[1]       # slots carried in the cache (press_chunk): no rows of theirs here
             pol = _policy_for(self.policy, self.options, steps=n + 1, kv_heads=kv, budget=n_kept, prefill=n)
             if pol.lag:      # staging buffer: the last H positions wait, inside n_kept
-                h = min(pol.lag, n_kept, n)      # a budget under H: the lag shrinks to the budget
+                # at most half the budget: a buffer that filled it (a short first turn under
+                # H) would decide nothing and drop the attention sink for the whole stream
+                h = min(pol.lag, n_kept // 2, n)
                 pol = _policy_for(self.policy, dict(self.options, lag=h), steps=n + 1, kv_heads=kv,
                                   budget=n_kept - h, prefill=n - h)
             ok = self._correct is not None and first == 0 and len(self._correct) == n
