@@ -15,6 +15,8 @@ has a context, a question, an answer prefix (kvpress's ``answer_prefix``) and th
 * ``news-sparse`` — three briefs among unnamed filler news (``news`` packs up to twelve).
 * ``recite`` — an eight-word sentence among filler, recited: the long answer for the
   decoding presses (``--steps``); partial credit per word (:func:`score`).
+* ``recite-sentence`` — ``recite`` with a sentence like the filler's ("The old fox sleeps
+  beside the cold lamp."), scored on its six words other than "the".
 * ``multiturn`` — a streaming conversation: the user states facts ("My <thing> is <value>."),
   later turns ask about earlier ones and are answered; the last turn asks about one stated
   before. The prefill presses compress the conversation so far; the per-step presses
@@ -100,7 +102,7 @@ DECODING_INTERVAL = 4      # generated tokens between two compressions of kvpres
 class Sample(NamedTuple):
     """One generated question: the ``context`` (compressed by a press), the ``question``, the
     ``prefix`` the answer starts with (kvpress's ``answer_prefix``) and the expected ``answer``,
-    a string that occurs in the context."""
+    whose words occur in the context (:func:`score`)."""
 
     context: str
     question: str
@@ -237,8 +239,30 @@ def task_recite(rng: random.Random, tokens: int, words: int = 8) -> Sample:
     return Sample(" ".join(sents), "\n\nRepeat the secret sentence word for word.", "The secret sentence is:", line)
 
 
+# the recited sentence of ``recite-sentence``: words absent from FILLER, so reciting filler scores 0
+SENTENCE_ADJ = ("red", "old", "quiet", "bright", "small", "silver", "cold", "golden")
+SENTENCE_NOUN = ("fox", "lamp", "violin", "candle", "window", "stone", "kettle", "ladder")
+SENTENCE_VERB = ("sleeps", "shines", "waits", "sings", "rests", "glows")
+
+
+def task_recite_sentence(rng: random.Random, tokens: int) -> Sample:
+    """``recite`` with a sentence like the filler's instead of eight drawn words: "The <adj>
+    <noun> <verb> beside the <adj> <noun>." SmolLM2-135M answers the question with a sentence
+    that starts "The": it recites this one more often than a word list. The expected answer
+    is the sentence's six words other than "the" (none in the filler, all distinct): reciting
+    filler scores 0."""
+    adj, noun = rng.sample(SENTENCE_ADJ, 2), rng.sample(SENTENCE_NOUN, 2)
+    words = [adj[0], noun[0], rng.choice(SENTENCE_VERB), "beside", adj[1], noun[1]]
+    needle, sents = f"The secret sentence is: The {' '.join(words[:4])} the {' '.join(words[4:])}.", []
+    while approx_tokens(" ".join(sents + [needle])) < tokens:
+        sents.append(rng.choice(FILLER))
+    sents.insert(rng.randrange(len(sents) + 1), needle)
+    return Sample(" ".join(sents), "\n\nRepeat the secret sentence word for word.", "The secret sentence is:",
+                  " ".join(words))
+
+
 TASKS = {"kv": task_kv, "needle": task_needle, "news": task_news, "multiturn": task_multiturn, "kv-sparse": task_kv_sparse, "news-sparse": task_news_sparse,
-         "recite": task_recite}
+         "recite": task_recite, "recite-sentence": task_recite_sentence}
 
 
 SYSTEM = "You are a helpful assistant. Remember what the user tells you."
