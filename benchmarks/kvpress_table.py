@@ -405,8 +405,7 @@ def run(args, emit=print) -> dict:
         res["rows"] += rows
         res["full_cache"]["stream"], res["shared_seconds"]["stream"], res["context_tokens"]["stream"] = full, sh, lens
         if args.json:
-            with open(args.json, "w", encoding="utf-8") as fh:
-                json.dump(res, fh, indent=1)
+            _dump(args.json, res)
     for task in args.tasks:
         data = {seed: samples(task, seed, args.samples, args.tokens) for seed in range(args.seeds)}
         # the full cache first: a task it fails is dropped before any press runs
@@ -466,15 +465,22 @@ def run(args, emit=print) -> dict:
                 print(f"{task} seed {seed} sample {i}: {len(ctx)} context tokens, "
                       f"{time.perf_counter() - t0:.0f} s wall, {time.process_time() - c0:.0f} s CPU",
                       file=sys.stderr, flush=True)
+                if args.json:      # the rows so far: a run stopped early still leaves its samples
+                    _dump(args.json, {**res, "rows": res["rows"] + rows_of(task, cells, full_score >= 0.5),
+                                      "partial": f"{task}: through seed {seed} sample {i}"})
         res["shared_seconds"][task] = statistics.mean(shared)
         res["context_tokens"][task] = [min(lengths), max(lengths)]
         rows = rows_of(task, cells, full_score >= 0.5)
         res["rows"] += rows
         emit(table({**res, "rows": rows, "full_cache": {task: res["full_cache"][task]}}))
         if args.json:
-            with open(args.json, "w", encoding="utf-8") as fh:
-                json.dump(res, fh, indent=1)
+            _dump(args.json, res)
     return res
+
+
+def _dump(path: str, res: dict) -> None:
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(res, fh, indent=1)
 
 
 def render(tok, turns: list) -> tuple[list, list]:
