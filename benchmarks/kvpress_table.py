@@ -51,7 +51,7 @@ CPU s" is a press's hook plus its answer; "row CPU s alone" adds the sample's sh
 (prefill, the continuation's attention, the model's predictions: at least what the press
 needs alone) and sums over the row's samples.
 
-    python benchmarks/kvpress_table.py [--tasks kv,needle,news,multiturn] [--samples 4] [--seeds 2]
+    python benchmarks/kvpress_table.py [--tasks kv,needle,news,multiturn] [--samples 4] [--seeds 2] [--first-seed 0]
         [--tokens 512] [--ratios 0.25,0.5,0.75] [--presses LABELS] [--steps] [--stream] [--pipeline]
         [--plot DIR] [--json OUT]
     python benchmarks/kvpress_table.py --tiny      # a random tiny Llama: runs, scores nothing
@@ -407,7 +407,7 @@ def run(args, emit=print) -> dict:
         if args.json:
             _dump(args.json, res)
     for task in args.tasks:
-        data = {seed: samples(task, seed, args.samples, args.tokens) for seed in range(args.seeds)}
+        data = {seed: samples(task, seed, args.samples, args.tokens) for seed in _seeds(args)}
         # the full cache first: a task it fails is dropped before any press runs
         per_seed = full_cache_score(pipe, data, args.new)
         full_score = statistics.mean(per_seed)
@@ -478,6 +478,10 @@ def run(args, emit=print) -> dict:
     return res
 
 
+def _seeds(args) -> range:
+    return range(args.first_seed, args.first_seed + args.seeds)
+
+
 def _dump(path: str, res: dict) -> None:
     with open(path, "w", encoding="utf-8") as fh:
         json.dump(res, fh, indent=1)
@@ -521,7 +525,7 @@ def run_stream(args, model, tok, pipe, emit=print) -> list:
     from memopt.cache.kvpress import PressedStream, StreamOracle, retained_attention, span_attention
 
     cells, full, shared, lengths = {}, {}, [], []
-    for seed in range(args.seeds):
+    for seed in _seeds(args):
         rng = random.Random(f"stream-{seed}")
         for i in range(args.samples):
             t0, c0 = time.perf_counter(), time.process_time()
@@ -666,6 +670,8 @@ def main(argv=None) -> int:
     ap.add_argument("--presses", default="", help="comma-separated press labels (default: all)")
     ap.add_argument("--samples", type=int, default=4, help="samples per task and seed")
     ap.add_argument("--seeds", type=int, default=2)
+    ap.add_argument("--first-seed", type=int, default=0,
+                    help="seeds --first-seed .. --first-seed + --seeds - 1 (a later run adds seeds to an earlier one)")
     ap.add_argument("--tokens", type=int, default=512, help="context length, about (at most 2048)")
     ap.add_argument("--new", type=int, default=8, help="tokens generated per answer")
     ap.add_argument("--steps", action="store_true", help="also the per-step presses")
