@@ -15,6 +15,8 @@ has a context, a question, an answer prefix (kvpress's ``answer_prefix``) and th
 * ``news-sparse`` — three briefs among unnamed filler news (``news`` packs up to twelve).
 * ``recite`` — an eight-word sentence among filler, recited: the long answer for the
   decoding presses (``--steps``); partial credit per word (:func:`score`).
+* ``recite-sentence`` — ``recite`` with a sentence like the filler's ("The old fox sleeps
+  beside the cold lamp."), scored on its six words other than "the".
 * ``multiturn`` — a streaming conversation: the user states facts ("My <thing> is <value>."),
   later turns ask about earlier ones and are answered; the last turn asks about one stated
   before. The prefill presses compress the conversation so far; the per-step presses
@@ -34,11 +36,13 @@ StreamingLLM, TOVA and ObservedAttention (``<press>-step``). A task is kept only
 full cache scores at least 50 % (checked before any press runs).
 
 ``--stream``: conversations (``conversation``: facts stated, chat, questions about earlier
-facts) streamed turn by turn through every prefill press but the oracle
+facts) streamed turn by turn through every prefill press
 (``memopt.cache.kvpress.PressedStream``: the press compresses the carried cache at every
 turn's prefill to ``int((1 - ratio) * tokens so far)`` slots per head); every question turn
-is answered and scored on the cache as it is then, retained attention is that of the question
-turn's full-cache attention (``span_attention``); the row "stream".
+is answered and scored on the cache as it is then. Retained attention is the question turns'
+full-cache attention (``span_attention``) on what the stream kept before each, summed over
+the conversation's questions, over their total; the oracle there is the stream's offline
+optimum of that sum (``StreamOracle``, an upper bound); the row "stream".
 
 The prefill presses of a sample share one prefill (``compress_many``: each press's own hook on
 its own cache, answered by kvpress's ``generate_answer``; equal to the pipeline, tested);
@@ -47,7 +51,7 @@ CPU s" is a press's hook plus its answer; "row CPU s alone" adds the sample's sh
 (prefill, the continuation's attention, the model's predictions: at least what the press
 needs alone) and sums over the row's samples.
 
-    python benchmarks/kvpress_table.py [--tasks kv,needle,news,multiturn] [--samples 4] [--seeds 2]
+    python benchmarks/kvpress_table.py [--tasks kv,needle,news,multiturn] [--samples 4] [--seeds 2] [--first-seed 0]
         [--tokens 512] [--ratios 0.25,0.5,0.75] [--presses LABELS] [--steps] [--stream] [--pipeline]
         [--plot DIR] [--json OUT]
     python benchmarks/kvpress_table.py --tiny      # a random tiny Llama: runs, scores nothing
@@ -98,7 +102,7 @@ DECODING_INTERVAL = 4      # generated tokens between two compressions of kvpres
 class Sample(NamedTuple):
     """One generated question: the ``context`` (compressed by a press), the ``question``, the
     ``prefix`` the answer starts with (kvpress's ``answer_prefix``) and the expected ``answer``,
-    a string that occurs in the context."""
+    whose words occur in the context (:func:`score`)."""
 
     context: str
     question: str
@@ -235,8 +239,30 @@ def task_recite(rng: random.Random, tokens: int, words: int = 8) -> Sample:
     return Sample(" ".join(sents), "\n\nRepeat the secret sentence word for word.", "The secret sentence is:", line)
 
 
+# the recited sentence of ``recite-sentence``: words absent from FILLER, so reciting filler scores 0
+SENTENCE_ADJ = ("red", "old", "quiet", "bright", "small", "silver", "cold", "golden")
+SENTENCE_NOUN = ("fox", "lamp", "violin", "candle", "window", "stone", "kettle", "ladder")
+SENTENCE_VERB = ("sleeps", "shines", "waits", "sings", "rests", "glows")
+
+
+def task_recite_sentence(rng: random.Random, tokens: int) -> Sample:
+    """``recite`` with a sentence like the filler's instead of eight drawn words: "The <adj>
+    <noun> <verb> beside the <adj> <noun>." SmolLM2-135M answers the question with a sentence
+    that starts "The": it recites this one more often than a word list. The expected answer
+    is the sentence's six words other than "the" (none in the filler, all distinct): reciting
+    filler scores 0."""
+    adj, noun = rng.sample(SENTENCE_ADJ, 2), rng.sample(SENTENCE_NOUN, 2)
+    words = [adj[0], noun[0], rng.choice(SENTENCE_VERB), "beside", adj[1], noun[1]]
+    needle, sents = f"The secret sentence is: The {' '.join(words[:4])} the {' '.join(words[4:])}.", []
+    while approx_tokens(" ".join(sents + [needle])) < tokens:
+        sents.append(rng.choice(FILLER))
+    sents.insert(rng.randrange(len(sents) + 1), needle)
+    return Sample(" ".join(sents), "\n\nRepeat the secret sentence word for word.", "The secret sentence is:",
+                  " ".join(words))
+
+
 TASKS = {"kv": task_kv, "needle": task_needle, "news": task_news, "multiturn": task_multiturn, "kv-sparse": task_kv_sparse, "news-sparse": task_news_sparse,
-         "recite": task_recite}
+         "recite": task_recite, "recite-sentence": task_recite_sentence}
 
 
 SYSTEM = "You are a helpful assistant. Remember what the user tells you."
@@ -379,10 +405,9 @@ def run(args, emit=print) -> dict:
         res["rows"] += rows
         res["full_cache"]["stream"], res["shared_seconds"]["stream"], res["context_tokens"]["stream"] = full, sh, lens
         if args.json:
-            with open(args.json, "w", encoding="utf-8") as fh:
-                json.dump(res, fh, indent=1)
+            _dump(args.json, res)
     for task in args.tasks:
-        data = {seed: samples(task, seed, args.samples, args.tokens) for seed in range(args.seeds)}
+        data = {seed: samples(task, seed, args.samples, args.tokens) for seed in _seeds(args)}
         # the full cache first: a task it fails is dropped before any press runs
         per_seed = full_cache_score(pipe, data, args.new)
         full_score = statistics.mean(per_seed)
@@ -440,15 +465,26 @@ def run(args, emit=print) -> dict:
                 print(f"{task} seed {seed} sample {i}: {len(ctx)} context tokens, "
                       f"{time.perf_counter() - t0:.0f} s wall, {time.process_time() - c0:.0f} s CPU",
                       file=sys.stderr, flush=True)
+                if args.json:      # the rows so far: a run stopped early still leaves its samples
+                    _dump(args.json, {**res, "rows": res["rows"] + rows_of(task, cells, full_score >= 0.5),
+                                      "partial": f"{task}: through seed {seed} sample {i}"})
         res["shared_seconds"][task] = statistics.mean(shared)
         res["context_tokens"][task] = [min(lengths), max(lengths)]
         rows = rows_of(task, cells, full_score >= 0.5)
         res["rows"] += rows
         emit(table({**res, "rows": rows, "full_cache": {task: res["full_cache"][task]}}))
         if args.json:
-            with open(args.json, "w", encoding="utf-8") as fh:
-                json.dump(res, fh, indent=1)
+            _dump(args.json, res)
     return res
+
+
+def _seeds(args) -> range:
+    return range(args.first_seed, args.first_seed + args.seeds)
+
+
+def _dump(path: str, res: dict) -> None:
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(res, fh, indent=1)
 
 
 def render(tok, turns: list) -> tuple[list, list]:
@@ -486,10 +522,10 @@ def run_stream(args, model, tok, pipe, emit=print) -> list:
     answered on the cache as it is; the full cache streamed alongside is the ≥ 50 % filter."""
     import torch
 
-    from memopt.cache.kvpress import PressedStream, retained_attention, span_attention
+    from memopt.cache.kvpress import PressedStream, StreamOracle, retained_attention, span_attention
 
     cells, full, shared, lengths = {}, {}, [], []
-    for seed in range(args.seeds):
+    for seed in _seeds(args):
         rng = random.Random(f"stream-{seed}")
         for i in range(args.samples):
             t0, c0 = time.perf_counter(), time.process_time()
@@ -500,29 +536,39 @@ def run_stream(args, model, tok, pipe, emit=print) -> list:
                               span_attention(model, sum(chunks, []), [(starts[k], starts[k + 1]) for k, _, _ in questions])))
             shared.append(time.process_time() - c0)
             lengths.append(starts[-1])
-            streams = {(0.0, "full"): [PressedStream(model), None]}
+            streams = {(0.0, "full"): None}
             for ratio in args.ratios:
                 for label, press in presses(ratio, (0,), 0, False).items():
-                    if label != "oracle" and (not args.presses or label in args.presses):
-                        press.compression_ratio = 0.0        # set per turn by the stream
-                        streams[(ratio, label)] = [PressedStream(model, press), press]
-            for key, (stream, press) in streams.items():
+                    if not args.presses or label in args.presses:
+                        streams[(ratio, label)] = press
+            for key, press in streams.items():
                 c1 = time.process_time()
+                budgets = [max(1, int((1 - key[0]) * starts[k + 1])) for k in range(len(chunks))]
+                if key[1] == "oracle":    # the stream's optimum: sees every question (upper bound)
+                    press = StreamOracle(starts[1:], budgets, {k - 1: future[k] for k, _, _ in questions})
+                elif press is not None:
+                    press.compression_ratio = 0.0        # set per turn by the stream
+                stream = PressedStream(model, press)
                 c = cells.setdefault(key, {"acc": {}, "ret": {}, "cpu": [], "alone": []})
                 asked = {k: (q, a) for k, q, a in questions}
+                got_all = tot_all = 0
                 for k, ids in enumerate(chunks):
                     if k in asked:
                         q, a = asked[k]
                         out = stream.answer(pipe, torch.tensor([q]), args.new)
                         c["acc"].setdefault(seed, []).append(answered(a, out))
                         got, tot = retained_attention(stream.kept(), future[k])
-                        c["ret"].setdefault(seed, []).append(got / tot if tot else 1.0)
+                        got_all, tot_all = got_all + got, tot_all + tot
                     if press is None:
                         stream.feed(torch.tensor([ids]))
                         continue
                     if hasattr(press, "window_size"):     # SnapKV's window: inside the turn's queries
                         press.window_size = max(1, min(64, len(ids) // 2))
-                    stream.feed(torch.tensor([ids]), n_kept=max(1, int((1 - key[0]) * (starts[k] + len(ids)))))
+                    stream.feed(torch.tensor([ids]), n_kept=budgets[k])
+                if key[1] == "oracle" and got_all != press.retained:
+                    raise RuntimeError(f"the stream oracle's cache retains {got_all}, its optimum is {press.retained}")
+                # one value per conversation: the sum the oracle maximises, over its total
+                c["ret"].setdefault(seed, []).append(got_all / tot_all if tot_all else 1.0)
                 cpu = time.process_time() - c1
                 c["cpu"].append(cpu / max(1, len(questions)))
                 c["alone"].append(cpu)
@@ -624,6 +670,8 @@ def main(argv=None) -> int:
     ap.add_argument("--presses", default="", help="comma-separated press labels (default: all)")
     ap.add_argument("--samples", type=int, default=4, help="samples per task and seed")
     ap.add_argument("--seeds", type=int, default=2)
+    ap.add_argument("--first-seed", type=int, default=0,
+                    help="seeds --first-seed .. --first-seed + --seeds - 1 (a later run adds seeds to an earlier one)")
     ap.add_argument("--tokens", type=int, default=512, help="context length, about (at most 2048)")
     ap.add_argument("--new", type=int, default=8, help="tokens generated per answer")
     ap.add_argument("--steps", action="store_true", help="also the per-step presses")

@@ -195,3 +195,49 @@ def test_bad_options():
         kv_optimum(tr, 2, prefill=9)
     with pytest.raises(OptionError, match="AttentionTrace"):
         kv_optimum([[1]], 2)
+
+
+def brute_stream(G, ends, kept):
+    """The most a cache compressed at checkpoints earns: every subset the cache may hold after
+    each checkpoint (evicted positions never return), by exhaustive search."""
+    m = len(ends)
+
+    @lru_cache(maxsize=None)
+    def best(c, held):
+        if c == m:
+            return 0
+        cands = sorted(set(held) | set(range(ends[c - 1] if c else 0, ends[c])))
+        out = 0
+        for r in range(min(kept[c], len(cands)) + 1):
+            for keep in combinations(cands, r):
+                out = max(out, sum(int(G[c][j]) for j in keep) + best(c + 1, keep))
+        return out
+
+    return best(0, ())
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_stream_optimum_equals_brute_force(data):
+    from memopt.cache.kv_optimum import stream_optimum_head
+    sizes = data.draw(st.lists(st.integers(1, 3), min_size=1, max_size=4))
+    ends = np.cumsum(sizes)
+    T = int(ends[-1])
+    kept = [data.draw(st.integers(0, int(e) + 1)) for e in ends]
+    G = np.array([[data.draw(st.integers(0, 9)) if j < e else 0 for j in range(T)] for e in ends])
+    value, last, bound = stream_optimum_head(G, ends, kept)
+    assert value == bound == brute_stream(G, tuple(int(e) for e in ends), tuple(kept))
+    # the schedule: held after checkpoint c iff arrived and last >= c, within each budget
+    first = np.searchsorted(ends, np.arange(T), side="right")
+    for c in range(len(ends)):
+        held = (first <= c) & (last >= c)
+        assert held.sum() <= kept[c]
+    assert value == sum(int(G[c][(first <= c) & (last >= c)].sum()) for c in range(len(ends)))
+
+
+def test_stream_optimum_rejects_bad_checkpoints():
+    from memopt.cache.kv_optimum import stream_optimum_head
+    with pytest.raises(OptionError):
+        stream_optimum_head(np.zeros((2, 3), int), [2, 2], [1, 1])      # ends not increasing
+    with pytest.raises(OptionError):
+        stream_optimum_head(np.array([[0, 5, 0], [0, 0, 0]]), [1, 3], [1, 1])   # gain before arrival

@@ -34,8 +34,9 @@ def test_a_seed_fixes_the_samples_and_another_seed_changes_them(task):
 def test_the_answer_is_in_the_context_and_the_context_has_about_the_tokens(task, seed, tokens):
     s = kt.TASKS[task](random.Random(seed), tokens)
     assert isinstance(s, kt.Sample)
-    assert s.answer and kt.answered(s.answer, s.context)
-    assert kt.answered(s.answer, f"{s.prefix} {s.answer}.")
+    # every word scored occurs in the context (a recited answer is scored word by word)
+    assert s.answer and kt.score(s.answer, s.context) == 1.0
+    assert kt.score(s.answer, f"{s.prefix} {s.answer}.") == 1.0
     assert tokens <= kt.approx_tokens(s.context) <= tokens + 60
 
 
@@ -113,6 +114,18 @@ def test_the_recited_sentence_occurs_once_and_scores_by_word(seed):
     assert kt.score(s.answer, " ".join(words[:2])) == 0.25
     assert kt.score(s.answer, "nothing of it") == 0.0
     assert kt.score("7", "17 and 27") == 0.0 and kt.score("7", "it is 7.") == 1.0
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 10**6))
+def test_the_recited_grammatical_sentence_shares_no_word_with_the_filler(seed):
+    s = kt.task_recite_sentence(random.Random(seed), 512)
+    words = s.answer.split()
+    needle = next(x for x in s.context.split(". ") if "secret sentence" in x)
+    assert s.context.count("secret sentence") == 1 and len(set(words)) == len(words) == 6
+    assert all(kt.answered(w, needle) for w in words)
+    filler = " ".join(kt.FILLER)
+    assert kt.score(s.answer, filler) == 0.0 and kt.score(s.answer, s.answer) == 1.0
 
 
 @settings(max_examples=30, deadline=None)

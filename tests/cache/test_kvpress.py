@@ -161,10 +161,12 @@ def test_rmm_with_a_lag_stages_the_last_positions_inside_n_kept(tiny):
         kept = kept_positions(model, ids, PolicyPress(0.75, policy="rmm", options={"lag": lag, "weighting": "uniform"}))
         assert kept[:, :, n - lag:].all()
         assert (kept.sum(axis=2) == int(n * 0.25)).all()
-    # a budget under the lag (a short context or turn): the staging buffer is the whole budget
+    # a budget under twice the lag (a short context or turn): half the budget is staged, the
+    # other half decided (a buffer filling the budget would keep only the last 10 positions)
     short = ids[:40]
     kept = kept_positions(model, short, PolicyPress(0.75, policy="rmm", options={"lag": 16, "weighting": "uniform"}))
-    assert (kept.sum(axis=2) == 10).all() and kept[:, :, 30:].all()
+    assert (kept.sum(axis=2) == 10).all() and kept[:, :, 35:].all()
+    assert kept[:, :, :30].any(axis=2).all()
 
 
 @pytest.mark.parametrize("policy,options,extra", [("h2o", {}, 0), ("rmm", {"lag": 2, "weighting": "uniform"}, 2),

@@ -1,7 +1,8 @@
 """A conversation streamed through a prefill press (``PressedStream``), on a tiny random Llama
 (no download): the first chunk keeps what kvpress's pipeline keeps, every later chunk
 compresses the carried cache to the budget, the slots name the positions they hold, the full
-stream equals one prefill of the whole conversation, and an answer leaves the cache as it was."""
+stream equals one prefill of the whole conversation, an answer leaves the cache as it was, and
+the stream's oracle retains at least as much of the question turns' attention as any press."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from kvpress import (KnormPress, KVPressTextGenerationPipeline, ObservedAttentio
                      SnapKVPress, StreamingLLMPress, TOVAPress)
 from transformers import DynamicCache  # noqa: E402
 
-from memopt.cache.kvpress import PolicyPress, PressedStream, kept_positions, tiny_model  # noqa: E402
+from memopt.cache.kvpress import (PolicyPress, PressedStream, StreamOracle, kept_positions,  # noqa: E402
+                                  retained_attention, span_attention, tiny_model)
 
 TURNS = ["User: my dog is Rex. ", "Assistant: noted, Rex. ", "User: the sky is blue today. ",
          "Assistant: it is. ", "User: what is my dog? "]
@@ -91,3 +93,35 @@ def test_an_answer_leaves_the_cache_as_it_was(tiny):
     assert isinstance(out, str)
     assert all(torch.equal(a, layer.keys) for a, layer in zip(keys, stream.cache.layers))
     assert stream.position == sum(len(c) for c in chunks[:-1])
+
+
+# the conversation of the oracle test: questions after turns 2, 4 and 5 (their whole turn scored)
+ASKED = (2, 4, 5)
+
+
+def _stream_retained(model, chunks, press, budgets) -> int:
+    """The question turns' full-cache attention on what the stream kept before each, summed."""
+    starts = [sum(len(c) for c in chunks[:k]) for k in range(len(chunks) + 1)]
+    future = span_attention(model, sum(chunks, []), [(starts[k], starts[k + 1]) for k in ASKED])
+    stream, got = PressedStream(model, press), 0
+    for k, ids in enumerate(chunks):
+        if k in ASKED:
+            got += retained_attention(stream.kept(), future[ASKED.index(k)])[0]
+        stream.feed(torch.tensor([ids]), n_kept=budgets[k])
+    return got
+
+
+@pytest.mark.parametrize("ratio", [0.25, 0.5, 0.75])
+def test_the_stream_oracle_retains_at_least_every_press(tiny, ratio):
+    model, tok, _, chunks = tiny
+    chunks = chunks + [tok.encode("Assistant: Rex. User: and the sky? ", add_special_tokens=False)]
+    starts = [sum(len(c) for c in chunks[:k]) for k in range(len(chunks) + 1)]
+    budgets = [max(1, int((1 - ratio) * starts[k + 1])) for k in range(len(chunks))]
+    future = span_attention(model, sum(chunks, []), [(starts[k], starts[k + 1]) for k in ASKED])
+    oracle = StreamOracle(starts[1:], budgets, {k - 1: f for k, f in zip(ASKED, future)})
+    assert oracle.retained == oracle.bound
+    # what the stream measures on the oracle's cache is the optimum it computed
+    assert _stream_retained(model, chunks, oracle, budgets) == oracle.retained
+    for label, make in sorted(presses().items()):
+        got = _stream_retained(model, chunks, make(0.0), budgets)
+        assert got <= oracle.retained, label

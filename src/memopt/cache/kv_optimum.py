@@ -76,7 +76,7 @@ from memopt.cache.kv_policies import RetainedAttention, check_prefill, arrivals,
 from memopt.cache.kv_trace import AttentionTrace
 
 __all__ = ["KVOptimum", "kv_optimum", "optimum_head", "optimum_head_flow", "eviction_events",
-           "METHODS"]
+           "stream_optimum_head", "METHODS"]
 
 #: ``assignment`` (default: eviction events, shortest augmenting paths) or ``flow`` (the
 #: min-cost-flow reference formulation)
@@ -399,3 +399,85 @@ def kv_optimum(trace: AttentionTrace, budget, *, prefill: int = 0, method: str =
     total = sum(_head_total(A[k], P) for k in range(K))
     return KVOptimum(B, P, T, K, int(per.sum()), int(total), "optimal", per, last,
                      int(bounds.sum()) if method == "assignment" else None, method)
+
+
+# ---------------------------------------------------------------------------- streamed chunks
+
+def stream_optimum_head(gain, ends, kept) -> tuple[int, np.ndarray, int]:
+    """The offline optimum of one head of a cache compressed at **checkpoints** (a conversation
+    streamed turn by turn, :class:`memopt.cache.kvpress.PressedStream`), with a matching
+    checked upper bound.
+
+    Positions arrive in chunks: by checkpoint ``c`` the positions ``j < ends[c]`` have arrived,
+    and after its compression the cache holds at most ``kept[c]`` of them; an evicted position
+    never comes back. The cache after checkpoint ``c`` earns ``gain[c, j]`` from each position
+    ``j`` it holds (the attention of the question asked before the next chunk). The same
+    eviction-event argument as :func:`kv_optimum` holds (gains are non-negative, so evicting
+    only when forced loses nothing): checkpoint ``c`` forces ``N_c = max_{c' <= c} (ends[c'] -
+    kept[c'])`` evictions in all; each event at ``c`` may take any position ``j < ends[c]`` not
+    taken yet and loses ``sum_{c' >= c} gain[c', j]``. The assignment kernel solves it exactly
+    (its rows indexed by ``ends[c] - 1``); the dual is re-checked here from ``gain`` alone.
+
+    Parameters
+    ----------
+    gain : array of int, ``(m, T)``
+        Non-negative; ``gain[c, j] == 0`` for ``j >= ends[c]``.
+    ends : array of int, ``(m,)``
+        Strictly increasing, ``ends[-1] == T``.
+    kept : array of int, ``(m,)``
+        Slots after each checkpoint, ``>= 0``.
+
+    Returns
+    -------
+    tuple
+        ``(retained, last, bound)``: the optimum, the last checkpoint after which each position
+        is held (``first - 1`` for a position dropped at its arrival checkpoint ``first``), and
+        the dual bound (equal to ``retained``; ``InternalError`` otherwise).
+
+    Examples
+    --------
+    >>> g = np.array([[5, 1, 0, 0], [0, 2, 4, 1]])
+    >>> value, last, bound = stream_optimum_head(g, [2, 4], [1, 2])
+    >>> value, last.tolist(), bound
+    (10, [0, -1, 1, 1], 10)
+    """
+    G = np.ascontiguousarray(gain, dtype=np.int64)
+    ends, kept = np.asarray(ends, dtype=np.int64), np.asarray(kept, dtype=np.int64)
+    m, T = G.shape
+    if ends.shape != (m,) or kept.shape != (m,) or m == 0:
+        raise OptionError(f"stream_optimum_head: gain {G.shape}, ends {ends.shape} and kept {kept.shape} disagree")
+    if (np.diff(ends) <= 0).any() or ends[0] <= 0 or ends[-1] != T or (kept < 0).any():
+        raise OptionError("stream_optimum_head: ends must increase strictly to T, kept must be >= 0")
+    arrived = np.arange(T)[None, :] < ends[:, None]
+    if (G < 0).any() or G[~arrived].any():
+        raise OptionError("stream_optimum_head: gains must be >= 0 and 0 before a position arrives")
+    lost_from = np.cumsum(G[::-1], axis=0)[::-1]         # lost_from[c, j] = sum_{c' >= c} G[c', j]
+    total = int(G.sum())
+    forced = np.maximum.accumulate(np.maximum(0, ends - kept))
+    at = np.repeat(np.arange(m), np.diff(forced, prepend=0))          # checkpoint of each event
+    first = np.searchsorted(ends, np.arange(T), side="right")           # arrival checkpoint of j
+    last = np.full(T, m - 1, dtype=np.int64)
+    if at.size == 0:
+        return total, last, total
+    events = ends[at] - 1
+    R = np.zeros((T, T), dtype=np.int64)                # only the checkpoints' rows are read
+    R[ends - 1] = lost_from
+    ok, pos, u, v = _jit.choose(_assign_events, T)(R, events)
+    del R
+    if not ok:
+        raise InternalError("kv-stream-feasible", "no assignment of eviction events to positions")
+    last[pos] = at - 1
+    # the schedule's value and the dual bound, both from the gains alone
+    held = (np.arange(m)[:, None] >= first[None, :]) & (np.arange(m)[:, None] <= last[None, :])
+    if (held.sum(axis=1) > kept).any():
+        raise InternalError("kv-stream-budget", "the optimal schedule holds more slots than a checkpoint allows")
+    value = int(G[held].sum())
+    if np.abs(u).max(initial=0) >= _DUAL_LIMIT or np.abs(v).max(initial=0) >= _DUAL_LIMIT or (v > 0).any():
+        raise InternalError("kv-dual-range", "the assignment's dual values are out of range")
+    least = np.array([(lost_from[c, :ends[c]] - v[:ends[c]]).min() for c in range(m)])
+    if (u > least[at]).any():
+        raise InternalError("kv-dual-feasible", "the assignment's dual values violate a constraint")
+    bound = total - int(u.sum()) - int(v.sum())
+    if bound != value:
+        raise InternalError("kv-dual-gap", f"the stream schedule retains {value} but the dual bound is {bound}")
+    return value, last, bound

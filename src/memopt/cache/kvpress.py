@@ -15,7 +15,9 @@ own presses; the model must use eager attention, as kvpress's ``ObservedAttentio
   rule is the one of :func:`~memopt.cache.kv_policies.simulate_kv`. For ``rmm`` with lag
   ``H``: the decision about the context prefix ``[0, n - H)`` is committed with the rows
   through ``n - 1`` (the ``H`` later context queries are its lag), the last ``H`` positions
-  are the staging buffer and **count in** ``n_kept``; ``weighting="correct"`` takes the
+  are the staging buffer and **count in** ``n_kept`` (at most half of it: ``min(H, n_kept //
+  2)`` positions are staged, so a budget under ``2 H`` still decides half its slots, the
+  attention sink among them); ``weighting="correct"`` takes the
   model's own next-token predictions on the context (one extra forward pass of the context;
   the last context row, whose next token the press cannot see, counts as correct).
   ``PolicyPress(policy="rmm", lag=0, weighting="uniform")`` keeps exactly what
@@ -47,7 +49,8 @@ included; :func:`kept_in_cache` reads it from a cache the pipeline filled) and
 one prefill for many prefill presses, each press's own hook compressing its own cache.
 :class:`PressedStream` streams a conversation through a prefill press, compressing the carried
 cache at every turn (kvpress itself compresses only a prefill that starts from an empty
-cache), and :func:`span_attention` scores each turn's needs in one full-cache pass.
+cache), and :func:`span_attention` scores each turn's needs in one full-cache pass;
+:class:`StreamOracle` is the stream's offline optimum (an upper bound, like the oracles above).
 """
 from __future__ import annotations
 
@@ -64,7 +67,7 @@ from memopt.cache.kv_trace import DEFAULT_SCALE, make_attention_trace
 
 __all__ = ["PolicyPress", "OraclePress", "PolicyDecodingPress", "OracleDecodingPress", "kept_positions", "kept_in_cache", "compress_many",
            "continuation_attention", "span_attention", "retained_attention",
-           "PressedStream", "keep_top", "tiny_model", "KVPRESS_PIN"]
+           "PressedStream", "StreamOracle", "keep_top", "tiny_model", "KVPRESS_PIN"]
 
 KVPRESS_PIN = "kvpress==0.5.5"
 _CLASSES: dict = {}
@@ -284,7 +287,9 @@ def _build() -> None:
             first = n - A.shape[1]       # slots carried in the cache (press_chunk): no rows of theirs here
             pol = _policy_for(self.policy, self.options, steps=n + 1, kv_heads=kv, budget=n_kept, prefill=n)
             if pol.lag:      # staging buffer: the last H positions wait, inside n_kept
-                h = min(pol.lag, n_kept, n)      # a budget under H: the lag shrinks to the budget
+                # at most half the budget: a buffer that filled it (a short first turn under
+                # H) would decide nothing and drop the attention sink for the whole stream
+                h = min(pol.lag, n_kept // 2, n)
                 pol = _policy_for(self.policy, dict(self.options, lag=h), steps=n + 1, kv_heads=kv,
                                   budget=n_kept - h, prefill=n - h)
             ok = self._correct is not None and first == 0 and len(self._correct) == n
@@ -728,8 +733,9 @@ class PressedStream:
                 pos = new if self.slots[li] is None else np.concatenate([self.slots[li], new], axis=1)
                 if squeeze:
                     t0 = time.process_time()
+                    # the slots' positions ride along: StreamOracle reads them, kvpress's presses ignore them
                     keys, values = press.compress(module, kwargs["hidden_states"], layer.keys, layer.values,
-                                                  output[1], kwargs)
+                                                  output[1], dict(kwargs, slot_positions=pos))
                     self.seconds += time.process_time() - t0
                     pos = np.take_along_axis(pos, _slots_kept(layer.keys, keys, li), axis=1)
                     layer.keys, layer.values = keys, values
@@ -767,6 +773,86 @@ class PressedStream:
         for li, pos in enumerate(self.slots):
             np.put_along_axis(out[li], pos, True, axis=1)
         return out
+
+
+class StreamOracle:
+    """The offline optimum of a conversation streamed through :class:`PressedStream`: at every
+    checkpoint (the compression after a chunk) it keeps the slots that maximise the attention
+    the later question turns put on the cache they are asked on, summed over the conversation
+    (:func:`memopt.cache.kv_optimum.stream_optimum_head` per layer and KV head, solved exactly
+    with a checked matching bound). So no press streamed at the same budgets retains more of the
+    question turns' summed attention. It sees every later question: **an upper bound, not a
+    deployable policy**, and it runs in :class:`PressedStream` only (its ``compress`` reads the
+    slots' positions the stream passes in ``kwargs["slot_positions"]``).
+
+    Parameters
+    ----------
+    ends : sequence of int
+        Conversation tokens fed by each checkpoint (the chunks' cumulative lengths).
+    kept : sequence of int
+        Slots per (layer, KV head) after each checkpoint (the ``n_kept`` given to ``feed``;
+        ``>= ends[c]`` means no compression there).
+    gains : dict
+        Checkpoint index -> int ``(layers, kv_heads, ends[c])``: the attention of the question
+        asked on the cache after that checkpoint (:func:`span_attention` of the question turn).
+
+    Attributes
+    ----------
+    retained, bound : int
+        The optimum (units of ``1 / scale``, summed over heads and questions) and its checked
+        upper bound, equal.
+    last : numpy.ndarray
+        ``(layers, kv_heads, ends[-1])``: the last checkpoint after which each position is held.
+
+    Examples
+    --------
+    >>> g = {0: np.array([[[5, 1]]]), 1: np.array([[[0, 2, 4, 1]]])}
+    >>> StreamOracle([2, 4], [1, 2], g).retained
+    10
+    """
+
+    def __init__(self, ends, kept, gains: dict):
+        from memopt.cache.kv_optimum import stream_optimum_head
+        self.ends = np.asarray(ends, dtype=np.int64)
+        self.kept_slots = np.minimum(np.asarray(kept, dtype=np.int64), self.ends)
+        m, T = len(self.ends), int(self.ends[-1]) if len(self.ends) else 0
+        if not gains:
+            raise OptionError("StreamOracle needs the attention of at least one question turn")
+        shape = next(iter(gains.values())).shape[:2]
+        G = np.zeros((*shape, m, T), dtype=np.int64)
+        for c, g in gains.items():
+            if not 0 <= c < m or g.shape != (*shape, self.ends[c]):
+                raise OptionError(f"StreamOracle: the gains of checkpoint {c} are {g.shape}, expected "
+                                  f"{(*shape, int(self.ends[c])) if 0 <= c < m else 'a checkpoint index'}")
+            G[:, :, c, :g.shape[2]] = g
+        self.last = np.zeros((*shape, T), dtype=np.int64)
+        self.retained = self.bound = 0
+        for li in range(shape[0]):
+            for h in range(shape[1]):
+                value, self.last[li, h], bound = stream_optimum_head(G[li, h], self.ends, self.kept_slots)
+                self.retained += value
+                self.bound += bound
+        self.compression_ratio = 0.0         # set by PressedStream; the schedule decides
+        self.seconds = 0.0
+
+    def post_init_from_model(self, model) -> None:
+        """Nothing to prepare: the schedule was solved at construction."""
+
+    def compress(self, module, hidden_states, keys, values, attentions, kwargs):
+        """Keep the slots the schedule holds after this checkpoint (found by the stream's
+        position count), in cache order."""
+        pos = kwargs.get("slot_positions")
+        if pos is None:
+            raise OptionError("StreamOracle runs inside PressedStream (it needs the slots' positions)")
+        c = int(np.searchsorted(self.ends, int(pos.max()) + 1))
+        if c >= len(self.ends) or self.ends[c] != int(pos.max()) + 1:
+            raise OptionError(f"StreamOracle: {int(pos.max()) + 1} tokens fed is no checkpoint of {self.ends.tolist()}")
+        held = np.take_along_axis(self.last[module.layer_idx], pos, axis=1) >= c
+        counts = held.sum(axis=1)
+        if (counts != self.kept_slots[c]).any():
+            raise InternalError("kvpress-stream-oracle", f"checkpoint {c}: the schedule holds {counts.tolist()} "
+                                                         f"slots, the stream asks for {int(self.kept_slots[c])}")
+        return _gather(keys, values, np.nonzero(held)[1].reshape(held.shape[0], int(counts[0])))
 
 
 def _slots_kept(before, after, li: int) -> np.ndarray:
