@@ -26,6 +26,7 @@ memopt.errors.OptionError: time limit must be a finite number of seconds, got na
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import gc
 import math
@@ -35,7 +36,7 @@ from typing import Mapping, NamedTuple
 
 from memopt.errors import OptionError
 
-__all__ = ["Clock", "Share", "check_time_limit", "MAX_SECONDS", "full_collections_held"]
+__all__ = ["Clock", "Share", "check_time_limit", "MAX_SECONDS", "full_collections_held", "solve_by"]
 
 #: the longest time limit accepted (seconds, about 11.6 days): anything above is a typo or a unit mix-up
 MAX_SECONDS = 1e6
@@ -222,3 +223,72 @@ class Clock:
     def seconds(self, name: str | None = None) -> float:
         """:meth:`left`, or that of the share ``name``: for a solver that takes seconds."""
         return self.left() if name is None else self.child(name).left()
+
+
+# CP-SAT solves whose answer was dropped at their deadline and that still run (see solve_by)
+_dropped_lock = threading.Lock()
+_dropped: set = set()
+
+
+def solve_by(solver, model, end: float, callback=None):
+    """CP-SAT's ``solver.solve(model, callback)``, back by ``end`` (a :func:`time.perf_counter`
+    reading) whatever the solver does: the status, or ``None`` when it had not returned by then.
+
+    Why: CP-SAT's workers look at their time limit between steps, and under load some steps run
+    long. On a ResNet-50 training graph with four processes on two cores, a solve given 8.1 s
+    returned after 13.8 s (its full-problem worker stopped 11.4 s into its search). So the solve
+    runs in a thread of its own: CP-SAT's limit is the time to ``end`` less the share
+    ``solver.stop`` of :data:`memopt.remat.time_shares.SHARES` (what a solver that obeys its limit
+    needs to stop); at ``end`` it is told to stop (``stop_search``) and, if it has still not
+    returned, its answer is dropped (``None``: the caller reads nothing from ``solver``, which
+    the solve may still write to) and it ends in the background. A solve still running when the
+    process exits is stopped and waited for first.
+
+    ``solver`` is a ``cp_model.CpSolver`` with its other parameters set; this module imports no
+    solver. A solve that returns in time is the plain ``solve``: same status, same values.
+    """
+    from memopt.remat.time_shares import SHARES
+
+    stop = SHARES["solver.stop"]
+    left = max(0.0, end - time.perf_counter())
+    keep = stop.fraction * left if stop.most is None else min(stop.most, stop.fraction * left)
+    solver.parameters.max_time_in_seconds = max(0.0, left - keep)
+    out = []
+
+    def solve():
+        try:
+            out.append((True, solver.solve(model, callback)))
+        except BaseException as e:  # handed to the caller's thread
+            out.append((False, e))
+
+    run = threading.Thread(target=solve, daemon=True, name="memopt-cpsat")
+    run.start()
+    run.join(max(0.0, end - time.perf_counter()))
+    if not run.is_alive():
+        ok, value = out[0]
+        if not ok:
+            raise value
+        return value
+    solver.stop_search()
+    with _dropped_lock:
+        _dropped.add((run, solver))
+    # drops itself from the set once the solve has ended
+    threading.Thread(target=_forget, args=(run, solver), daemon=True).start()
+    return None
+
+
+def _forget(run, solver):
+    run.join()
+    with _dropped_lock:
+        _dropped.discard((run, solver))
+
+
+@atexit.register
+def _stop_dropped():
+    """A dropped solve still running at exit is stopped and waited for (the solver's threads
+    must not outlive the interpreter)."""
+    with _dropped_lock:
+        left = list(_dropped)
+    for run, solver in left:
+        solver.stop_search()
+        run.join()

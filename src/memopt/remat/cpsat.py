@@ -62,6 +62,7 @@ import math
 import time
 from fractions import Fraction
 
+from memopt.clock import solve_by
 from memopt.remat.lower_bounds import bound_units
 from memopt.remat.model_common import (RematProblem, ancestor_counts, byte_scale, core_fixed_caps, cost_scale,
                                        count_vector_model,
@@ -383,13 +384,15 @@ def solve_cpsat(problem, question: str, *, memory_limit: int | None = None, cost
     if left <= 0:
         stats["solver_status"] = "time_limit_while_building"
         return finish_result(full, early, None, None if cb is None else ("cost", cb.value), "cpsat", t0, stats)
-    solver.parameters.max_time_in_seconds = max(0.01, left)
     solver.parameters.num_workers = int(num_workers)
     solver.parameters.random_seed = int(seed) % 2**31
     if first_solution:
         solver.parameters.stop_after_first_solution = True
-    status = solver.solve(m)
-    stats["solver_status"] = solver.status_name(status)
+    status = solve_by(solver, m, clock.end)
+    answered = status is not None
+    stats["solver_status"] = solver.status_name(status) if answered else "dropped_at_deadline"
+    if not answered:
+        status = cp_model.UNKNOWN
     plan = None
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         plan = _plan(solver, p, pres, start, end, nruns)
@@ -397,7 +400,7 @@ def solve_cpsat(problem, question: str, *, memory_limit: int | None = None, cost
         proven = ("cost", strict)  # no plan is cheaper than the incumbent (Lemma 7)
     elif status == cp_model.INFEASIBLE:
         proven = ("infeasible",)
-    elif status in (cp_model.OPTIMAL, cp_model.FEASIBLE) or math.isfinite(solver.best_objective_bound):
+    elif status in (cp_model.OPTIMAL, cp_model.FEASIBLE) or (answered and math.isfinite(solver.best_objective_bound)):
         if status == cp_model.OPTIMAL and question == "min_cost":
             # the optimum read from the solution, exactly (the float64 bound may be rounded)
             units = sum(cs[v] for v in range(p.n) for j in range(1, K[v]) if cs[v] and solver.boolean_value(pres[v][j]))
@@ -540,9 +543,8 @@ def _decompose(full: RematProblem, early, cb, clock, seed: int, num_workers: int
         top = reduced_caps(full, early.incumbent_cost) if early.incumbent is not None else list(full.caps)
         m, b = count_vector_model(pos, top, nogoods, scaled, cb.cuts, free=zero)
         solver = cp_model.CpSolver()
-        solver.parameters.max_time_in_seconds = max(0.05, clock.left())
         solver.parameters.num_workers = 2
-        st = solver.solve(m)
+        st = solve_by(solver, m, clock.end)
         if st == cp_model.INFEASIBLE:
             return None, None  # nothing cheaper than the incumbent: it is optimal
         if st != cp_model.OPTIMAL:

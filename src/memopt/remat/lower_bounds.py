@@ -97,6 +97,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from memopt.clock import solve_by
 from memopt.core.signed_dag import graph_to_dag
 from memopt.core.tensor_graph import TensorGraph
 from memopt.errors import InternalError
@@ -754,7 +755,6 @@ def min_hitting_set(cores, costs, deadline: float, clauses=(), upper=None, pool=
             return None, (), True  # no set meets this row
     m.minimize(cp_model.LinearExpr.weighted_sum([x[v] for v in ops], scaled))
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(0.05, deadline - time.perf_counter())
     # one worker, no presolve: the scheme solves hundreds of these small models (bool_or
     # clauses, a linear objective); on random_layered_n250 (200 cores of ~170 ops) this is
     # 3-8 times faster than 2 workers with presolve, the time mostly model setup
@@ -765,9 +765,9 @@ def min_hitting_set(cores, costs, deadline: float, clauses=(), upper=None, pool=
             def on_solution_callback(self):
                 pool.append(tuple(v for v in ops if self.boolean_value(x[v])))
 
-        status = solver.solve(m, _Collect())
+        status = solve_by(solver, m, deadline, _Collect())
     else:
-        status = solver.solve(m)
+        status = solve_by(solver, m, deadline)
     if status == cp_model.INFEASIBLE:
         return None, (), True
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):

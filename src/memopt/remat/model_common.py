@@ -41,6 +41,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from memopt.clock import solve_by
 from memopt.core.remat import FREE, RUN, evaluate_steps, exact_costs
 from memopt.core.tensor_graph import TensorGraph
 from memopt.errors import MemoptError, OptionError, ScheduleError
@@ -486,9 +487,10 @@ def nogood_fixed_caps(p: RematProblem, caps, nogoods, incumbent_cost, *, strict:
         if assume is not None:
             m.add_assumptions([assume])
         solver = cp_model.CpSolver()
-        solver.parameters.max_time_in_seconds = max(0.01, min(probe_seconds, deadline - time.perf_counter()))
         solver.parameters.num_workers = 1
-        st = solver.solve(m)
+        st = solve_by(solver, m, min(time.perf_counter() + probe_seconds, deadline))
+        if st is None:
+            return 0, None  # dropped at its deadline: no bound learnt
         if st == cp_model.INFEASIBLE:
             return None, None
         y = None

@@ -82,6 +82,7 @@ from __future__ import annotations
 import time
 from fractions import Fraction
 
+from memopt.clock import solve_by
 from memopt.errors import InternalError, OptionError
 from memopt.remat.model_common import RematProblem, byte_scale, cost_scale, evaluate, footprint_bound, plan_from_runs
 
@@ -390,15 +391,14 @@ def solve_stages(p: RematProblem, runs, memory_limit: int, *, time_limit: float,
     _hint(m, p, n, on, held, R, S, frees_after, L, size, ops, prod, stages, runnable, readers)
 
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(0.01, float(time_limit) - (time.perf_counter() - t0))
     solver.parameters.num_workers = int(num_workers)
     solver.parameters.random_seed = int(seed)
     for name, value in (parameters or {}).items():
         setattr(solver.parameters, name, value)
     build = time.perf_counter() - t0
-    st = solver.solve(m)
+    st = solve_by(solver, m, t0 + float(time_limit))
     stats = {"stages": len(stages), "R": sum(len(near[t]) for t in stages), "S": sum(len(x) for x in S),
-             "F": n_frees, "build_seconds": round(build, 3), "solver": solver.status_name(st),
+             "F": n_frees, "build_seconds": round(build, 3), "solver": "dropped_at_deadline" if st is None else solver.status_name(st),
              "seconds": round(time.perf_counter() - t0, 3)}
     result["stats"] = stats
     if st in (cp_model.OPTIMAL, cp_model.FEASIBLE):

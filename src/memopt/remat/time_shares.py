@@ -27,6 +27,10 @@ SHARES: dict[str, Share] = {
     # the most a call keeps for handing its answer back (the last search step, the solver's
     # stop, the independent check; api.CLOSE_EVALUATIONS, api.SOLVER_STOP_CPU)
     "call.close": Share(0.15, most=15.0),
+    # of the time a CP-SAT solve is given (memopt.clock.solve_by, every CP-SAT call of the
+    # library): kept between CP-SAT's own time limit and the moment its answer is dropped, for
+    # a solver that obeys its limit to stop and hand back its answer
+    "solver.stop": Share(0.05, most=1.0),
     # the lower bound on the peak of every capped plan (the trap of the ops that may re-run)
     "auto.peak_bound": Share(0.1, most=5.0),
     # min_peak: the trap cuts under the cost budget (proofs/remat_cost_bounds.md, Corollary 7')

@@ -64,6 +64,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from memopt.clock import solve_by
 from memopt.core.tensor_graph import TensorGraph
 from memopt.remat.plan import resolve_caps
 
@@ -260,9 +261,8 @@ def budget_peak_bound(graph: TensorGraph, cost_budget, cap=1, *, time_limit: flo
         m.add(P + cp_model.LinearExpr.weighted_sum([y[w] for w in ws], [int(rows[v][w]) for w in ws]) >= T)
     m.minimize(P)
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(0.05, deadline - time.perf_counter())
     solver.parameters.num_workers = 1
-    st = solver.solve(m)
+    st = solve_by(solver, m, deadline)
     if st == cp_model.OPTIMAL:
         return max(floor, int(solver.value(P)))
     if st == cp_model.FEASIBLE:

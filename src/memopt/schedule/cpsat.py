@@ -36,6 +36,7 @@ import time
 
 import numpy as np
 
+from memopt.clock import solve_by
 from memopt.core.signed_dag import SignedDAG, complete_order, dag_peak, validate_node_order
 from memopt.schedule.ordering_model import (MAX_LITERALS, OrderingStructure, ordering_structure,
                                             trivial_result)
@@ -174,11 +175,11 @@ def _build(dag: SignedDAG, st: OrderingStructure, *, lower: int, upper: int | No
     return m, pos, peak
 
 
-def _solver(time_limit: float, num_workers: int, seed: int):
+def _solver(num_workers: int, seed: int):
+    """A CP-SAT solver; its time comes from :func:`memopt.clock.solve_by`."""
     from ortools.sat.python import cp_model
 
     s = cp_model.CpSolver()
-    s.parameters.max_time_in_seconds = max(0.01, float(time_limit))
     s.parameters.num_workers = int(num_workers)
     s.parameters.random_seed = int(seed)
     s.parameters.log_search_progress = False
@@ -232,10 +233,9 @@ def solve_cpsat(dag: SignedDAG, *, time_limit: float = 10.0, initial_order=None,
         return ExactResult(inc_order, inc_peak, inc_peak, True, "cpsat", time.perf_counter() - t0, stats)
     m, pos, peak = built
     stats["variables"] = len(m.proto.variables)
-    left = time_limit - (time.perf_counter() - t0)
-    solver = _solver(left, num_workers, seed)
-    status = solver.solve(m)
-    stats["status"] = solver.status_name(status)
+    solver = _solver(num_workers, seed)
+    status = solve_by(solver, m, t0 + time_limit)
+    stats["status"] = "dropped_at_deadline" if status is None else solver.status_name(status)
     best_order, best = inc_order, inc_peak
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         order = _order_from_positions(dag, st, solver, pos)
@@ -277,8 +277,8 @@ def cpsat_peak_at_most(dag: SignedDAG, bound: int, *, time_limit: float = 10.0, 
     if built is None:
         return False, None
     m, pos, _ = built
-    solver = _solver(time_limit - (time.perf_counter() - t0), num_workers, seed)
-    status = solver.solve(m)
+    solver = _solver(num_workers, seed)
+    status = solve_by(solver, m, t0 + time_limit)
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         order = _order_from_positions(dag, st, solver, pos)
         return True, order
