@@ -4,6 +4,7 @@ the cost bound's child ended at the deadline, and honest bound reports."""
 from __future__ import annotations
 
 import math
+import time
 import pathlib
 import re
 
@@ -251,3 +252,127 @@ def test_a_named_method_is_given_the_time_left_less_the_closing_reserve():
     remat(held_across_big_op(), memory_limit=11, cap=1, time_limit=5, method=records_its_time)
     # the reserve: at least the last solver's stop (0.15 x 5 s allows it), before the check
     assert len(given) == 1 and 0 < given[0] <= 5 - SOLVER_STOP_CPU
+
+
+# ------------------------------------------------------------------ CP-SAT's stop
+def _knapsack_data(n: int, rows: int, seed: int):
+    """Rows of weights, their capacities and the values of a multi-dimensional 0/1 knapsack."""
+    rng = np.random.default_rng(seed)
+    ws = [rng.integers(1, 1000, n).tolist() for _ in range(rows)]
+    return ws, [sum(w) // 3 for w in ws], rng.integers(1, 1000, n).tolist()
+
+
+def _knapsack(n: int, rows: int, seed: int):
+    """The knapsack as a CP-SAT model (maximise): small ones CP-SAT proves at once, large ones
+    it is still improving when its time runs out."""
+    from ortools.sat.python import cp_model
+
+    ws, caps, values = _knapsack_data(n, rows, seed)
+    m = cp_model.CpModel()
+    x = [m.new_bool_var(f"x{i}") for i in range(n)]
+    for w, c in zip(ws, caps):
+        m.add(cp_model.LinearExpr.weighted_sum(x, w) <= c)
+    m.maximize(cp_model.LinearExpr.weighted_sum(x, values))
+    return m
+
+
+def _solver(workers: int = 1):
+    from ortools.sat.python import cp_model
+
+    s = cp_model.CpSolver()
+    s.parameters.num_workers = workers
+    s.parameters.random_seed = 0
+    return s
+
+
+def _running_solves():
+    import threading
+
+    return [t for t in threading.enumerate() if t.name == "memopt-cpsat"]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_solve_back_in_time_is_the_plain_solve(seed):
+    from ortools.sat.python import cp_model
+
+    from memopt.clock import solve_by
+
+    m = _knapsack(12, 2, seed)
+    s = _solver()
+    st = solve_by(s, m, time.perf_counter() + 60)
+    assert st == cp_model.OPTIMAL
+    plain = _solver()
+    plain.parameters.max_time_in_seconds = 60
+    assert plain.solve(m) == cp_model.OPTIMAL
+    assert s.objective_value == plain.objective_value
+    # the brute force over the 2**12 subsets
+    assert s.objective_value == max(_knapsack_value(12, 2, seed, bits) for bits in range(2 ** 12))
+    assert _running_solves() == []
+
+
+def _knapsack_value(n: int, rows: int, seed: int, bits: int) -> int:
+    """The value of the subset ``bits``, or -1 if it breaks a row."""
+    ws, caps, values = _knapsack_data(n, rows, seed)
+    x = [(bits >> i) & 1 for i in range(n)]
+    if any(sum(wi * xi for wi, xi in zip(w, x)) > c for w, c in zip(ws, caps)):
+        return -1
+    return sum(v * xi for v, xi in zip(values, x))
+
+
+def test_cpsat_is_given_its_time_less_the_stop_share():
+    from memopt.clock import solve_by
+
+    stop = SHARES["solver.stop"]
+    s = _solver()
+    solve_by(s, _knapsack(8, 1, 0), time.perf_counter() + 100)
+    given = s.parameters.max_time_in_seconds
+    assert 100 - stop.most - 1 <= given <= 100 - min(stop.most, stop.fraction * 99)
+
+
+def test_a_solve_with_no_time_returns_and_leaves_no_solve_running():
+    from ortools.sat.python import cp_model
+
+    from memopt.clock import solve_by
+
+    s = _solver(2)
+    st = solve_by(s, _knapsack(300, 30, 0), time.perf_counter())
+    assert s.parameters.max_time_in_seconds == 0
+    assert st in (None, cp_model.UNKNOWN, cp_model.FEASIBLE)
+    for t in _running_solves():      # a dropped solve was told to stop: it ends
+        t.join(60)
+    assert _running_solves() == []
+
+
+def test_a_dropped_solve_is_stopped_and_its_status_is_none():
+    from ortools.sat.python import cp_model
+
+    import memopt.clock as mc
+
+    s = _solver(2)
+    st = mc.solve_by(s, _knapsack(400, 40, 1), time.perf_counter() + 0.2)
+    if st is None:                   # still running at its deadline: told to stop, then dropped
+        for t in _running_solves():
+            t.join(60)
+        assert s.response_proto.status in (cp_model.FEASIBLE, cp_model.UNKNOWN)
+    else:                            # back in time, having run out of its (shortened) limit
+        assert st in (cp_model.FEASIBLE, cp_model.UNKNOWN)
+    assert _running_solves() == [] and not mc._dropped
+
+
+def test_an_error_in_the_solve_is_raised_in_the_caller():
+    from memopt.clock import solve_by
+
+    with pytest.raises(AttributeError):
+        solve_by(_solver(), None, time.perf_counter() + 10)
+    assert _running_solves() == []
+
+
+def test_every_cpsat_call_goes_through_solve_by():
+    src = REMAT.parent
+    files = sorted(REMAT.glob("*.py")) + [src / "schedule" / "cpsat.py"]
+    offenders = []
+    for path in files:
+        for k, line in enumerate(path.read_text().splitlines(), 1):
+            if re.search(r"max_time_in_seconds\s*=|\bsolver\.solve\(|\bs\.solve\(", line):
+                offenders.append(f"{path.name}:{k}: {line.strip()}")
+    assert offenders == []
