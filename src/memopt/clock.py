@@ -225,9 +225,10 @@ class Clock:
         return self.left() if name is None else self.child(name).left()
 
 
-# CP-SAT solves whose answer was dropped at their deadline and that still run (see solve_by)
-_dropped_lock = threading.Lock()
-_dropped: set = set()
+# the CP-SAT solves running now (thread, solver), each removed by its own thread as it ends;
+# the ones still there at exit were dropped at their deadline (see solve_by)
+_running_lock = threading.Lock()
+_running: set = set()
 
 
 def solve_by(solver, model, end: float, callback=None):
@@ -235,7 +236,7 @@ def solve_by(solver, model, end: float, callback=None):
     reading) whatever the solver does: the status, or ``None`` when it had not returned by then.
 
     Why: CP-SAT's workers look at their time limit between steps, and under load some steps run
-    long. On a ResNet-50 training graph with four processes on two cores, a solve given 8.1 s
+    long. On a ResNet-50 training graph, under a load of 5 on two cores, a solve given 8.1 s
     returned after 13.8 s (its full-problem worker stopped 11.4 s into its search). So the solve
     runs in a thread of its own: CP-SAT's limit is the time to ``end`` less the share
     ``solver.stop`` of :data:`memopt.remat.time_shares.SHARES` (what a solver that obeys its limit
@@ -260,8 +261,13 @@ def solve_by(solver, model, end: float, callback=None):
             out.append((True, solver.solve(model, callback)))
         except BaseException as e:  # handed to the caller's thread
             out.append((False, e))
+        finally:
+            with _running_lock:
+                _running.discard((run, solver))
 
     run = threading.Thread(target=solve, daemon=True, name="memopt-cpsat")
+    with _running_lock:
+        _running.add((run, solver))
     run.start()
     run.join(max(0.0, end - time.perf_counter()))
     if not run.is_alive():
@@ -270,25 +276,15 @@ def solve_by(solver, model, end: float, callback=None):
             raise value
         return value
     solver.stop_search()
-    with _dropped_lock:
-        _dropped.add((run, solver))
-    # drops itself from the set once the solve has ended
-    threading.Thread(target=_forget, args=(run, solver), daemon=True).start()
     return None
 
 
-def _forget(run, solver):
-    run.join()
-    with _dropped_lock:
-        _dropped.discard((run, solver))
-
-
 @atexit.register
-def _stop_dropped():
+def _stop_running():
     """A dropped solve still running at exit is stopped and waited for (the solver's threads
     must not outlive the interpreter)."""
-    with _dropped_lock:
-        left = list(_dropped)
+    with _running_lock:
+        left = list(_running)
     for run, solver in left:
         solver.stop_search()
         run.join()

@@ -356,7 +356,7 @@ def test_a_dropped_solve_is_stopped_and_its_status_is_none():
         assert s.response_proto.status in (cp_model.FEASIBLE, cp_model.UNKNOWN)
     else:                            # back in time, having run out of its (shortened) limit
         assert st in (cp_model.FEASIBLE, cp_model.UNKNOWN)
-    assert _running_solves() == [] and not mc._dropped
+    assert _running_solves() == [] and not mc._running
 
 
 def test_an_error_in_the_solve_is_raised_in_the_caller():
