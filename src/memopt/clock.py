@@ -5,7 +5,7 @@ validator: the CLI, :func:`memopt.schedule`, :func:`memopt.remat` and the cache'
 optimum use it) and makes one :class:`Clock` from it. The parts of the call get the clock or
 a :meth:`Clock.child` of it: a sub-deadline at a named share of the time left, from one table
 of shares given when the clock is made (recomputation's is
-:data:`memopt.remat.time_shares.SHARES`). A part never turns seconds into a deadline again; a
+:data:`memopt.time_shares.SHARES`). A part never turns seconds into a deadline again; a
 solver that takes seconds (CP-SAT's ``max_time_in_seconds``, SCIP's ``limits/time``, the
 scheduler's ``time_limit``) gets :meth:`Clock.left` at the moment it starts.
 
@@ -239,7 +239,7 @@ def solve_by(solver, model, end: float, callback=None):
     long. On a ResNet-50 training graph, under a load of 5 on two cores, a solve given 8.1 s
     returned after 13.8 s (its full-problem worker stopped 11.4 s into its search). So the solve
     runs in a thread of its own: CP-SAT's limit is the time to ``end`` less the share
-    ``solver.stop`` of :data:`memopt.remat.time_shares.SHARES` (what a solver that obeys its limit
+    ``solver.stop`` of :data:`memopt.time_shares.SHARES` (what a solver that obeys its limit
     needs to stop); at ``end`` it is told to stop (``stop_search``) and, if it has still not
     returned, its answer is dropped (``None``: the caller reads nothing from ``solver``, which
     the solve may still write to) and it ends in the background. A solve still running when the
@@ -248,7 +248,7 @@ def solve_by(solver, model, end: float, callback=None):
     ``solver`` is a ``cp_model.CpSolver`` with its other parameters set; this module imports no
     solver. A solve that returns in time is the plain ``solve``: same status, same values.
     """
-    from memopt.remat.time_shares import SHARES
+    from memopt.time_shares import SHARES
 
     stop = SHARES["solver.stop"]
     left = max(0.0, end - time.perf_counter())

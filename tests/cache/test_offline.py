@@ -213,3 +213,24 @@ def test_time_limited_mip_keeps_a_valid_schedule_and_bound():
     assert r.lower_bound <= r.bytes_moved <= min(simulate(t, p, 120).bytes_moved for p in POLICIES)
     assert r.lower_bound >= flow_lower_bound(t, 120).lower_bound
     assert schedule_traffic(t, 120, r.hit_flags) == (r.misses, r.bytes_moved)
+
+
+def test_every_cache_solve_runs_to_the_calls_one_deadline(monkeypatch):
+    # two caches of unequal sizes: two CP-SAT solves, both back by the same deadline (the
+    # call's), through memopt.clock.solve_by; a solve dropped at it (None) leaves that cache
+    # the best online schedule and the relaxation bound
+    import memopt.cache.offline as offline
+
+    ends = []
+
+    def dropped(solver, model, end, callback=None):
+        ends.append(end)
+        return None
+
+    monkeypatch.setattr(offline, "solve_by", dropped)
+    tr = make_trace([0, 1, 2, 0, 1, 2, 3, 4, 3, 4], [2, 2, 3, 1, 2], cache_of=[0, 0, 0, 1, 1])
+    r = offline_optimum(tr, 5, method="cp-sat", time_limit=7)
+    assert len(ends) == 2 and ends[0] == ends[1]
+    best_online = min(simulate(tr, pol, 5).bytes_moved for pol in POLICIES)
+    assert r.bytes_moved == best_online >= r.lower_bound
+    assert schedule_traffic(tr, 5, r.hit_flags) == (r.misses, r.bytes_moved)

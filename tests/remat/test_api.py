@@ -224,7 +224,7 @@ def _auto_with_full_caps_share(g, limit, share, cap=2):
     """``auto`` at ``cap`` with the share ``auto.cpsat_full_caps`` set to ``share`` (0: the
     full model has no time of its own, so the cap-1 model runs whenever it has not closed)."""
     from memopt.clock import Share
-    from memopt.remat.time_shares import SHARES
+    from memopt.time_shares import SHARES
 
     saved = SHARES["auto.cpsat_full_caps"]
     SHARES["auto.cpsat_full_caps"] = Share(share) if share is not None else saved

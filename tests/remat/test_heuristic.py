@@ -288,7 +288,7 @@ def test_relaxed_orders_are_orders_of_the_graph(seed, cap):
     """The extra starts of the search: an order of every op (a valid no-recomputation run
     sequence) per relaxed graph of the re-run ops, none for a sequence without re-runs."""
     from memopt.remat.heuristic import _relaxed_orders
-    from memopt.remat.time_shares import remat_clock
+    from memopt.time_shares import remat_clock
 
     g = small_graph(seed)
     p = RematProblem.of(g, cap)

@@ -118,7 +118,7 @@ def test_greedy_from_the_least_overflow_order_fits_the_limit(seed, cap, ratio):
     """The heuristic's extra start: a plan within the limit (or none), checked independently."""
     from memopt.remat.heuristic import _greedy_least_overflow
     from memopt.remat.model_common import start_result
-    from memopt.remat.time_shares import remat_clock
+    from memopt.time_shares import remat_clock
 
     g = _graph(seed)
     p = RematProblem.of(g, cap)

@@ -571,7 +571,7 @@ def plan(model, inputs, loss_fn: Callable | None = None, *, targets=(), memory_l
     import memopt
     from memopt.clock import Clock, check_time_limit
     from memopt.adapters.training_seeds import cheap_caps, seed_runs, within
-    from memopt.remat.time_shares import SHARES
+    from memopt.time_shares import SHARES
 
     torch = _torch()
     time_limit = check_time_limit(time_limit, "time_limit")

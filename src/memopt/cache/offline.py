@@ -56,6 +56,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from memopt import _jit
+from memopt.clock import Clock, solve_by
 from memopt._jit import kernel
 from memopt.errors import InternalError, OptionError
 from memopt.cache.policies import POLICIES, check_capacity, next_use, simulate
@@ -581,8 +582,9 @@ def _constraints(cc: _Cache, scale: int):
     return rows
 
 
-def _solve_cache(cc: _Cache, objective: str, time_limit: float, hint: np.ndarray):
-    """(held, optimal?, lower bound on the cache's objective) by CP-SAT."""
+def _solve_cache(cc: _Cache, objective: str, end: float, hint: np.ndarray):
+    """(held, optimal?, lower bound on the cache's objective) by CP-SAT, back by ``end`` (a
+    :func:`time.perf_counter` reading, the call's deadline: :func:`memopt.clock.solve_by`)."""
     from ortools.sat.python import cp_model
 
     var = cc.var
@@ -602,16 +604,16 @@ def _solve_cache(cc: _Cache, objective: str, time_limit: float, hint: np.ndarray
     for j in range(k):
         model.add_hint(x[j], bool(hint[j]))
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = time_limit
     solver.parameters.num_workers = 1
     solver.parameters.random_seed = 0
-    status = solver.solve(model)
+    status = solve_by(solver, model, end)
     fixed_mi, fixed_by = cc.traffic(np.ones(k, dtype=bool))
     # a bound that needs no solver: the relaxation for bytes, the compulsory misses otherwise
     relax = fixed_by + _greedy_cache(cc) if objective == "bytes" else fixed_mi
     unit = scale if objective == "bytes" else 1
     key = 0 if objective == "misses" else 1
     hint_obj = cc.traffic(hint)[key]
+    # status None: the solve had not returned by the deadline (its answer is dropped)
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         held = np.array([solver.value(v) for v in x], dtype=bool)
         if not cc.feasible(held):
@@ -647,7 +649,8 @@ def offline_optimum(trace: RequestTrace, capacity, *, time_limit: float = 30.0,
     capacity : int
         Bytes per cache.
     time_limit : float, default 30.0
-        Seconds.
+        Seconds for the whole call (one deadline: a cache solved after it gets the best
+        online schedule and the flow bound).
     objective : {"bytes", "misses"}
     method : {"auto", "cp-sat", "belady"}
         ``"cp-sat"`` (the MIP), ``"belady"`` (only for equal sizes per cache, where it is
@@ -676,7 +679,8 @@ def offline_optimum(trace: RequestTrace, capacity, *, time_limit: float = 30.0,
     if not isinstance(trace, RequestTrace):
         raise OptionError(f"offline_optimum needs a RequestTrace, got {type(trace).__name__}")
     cap = check_capacity(capacity)
-    tl = check_time_limit(time_limit)
+    # the call's one deadline: every cache's solve is back by it
+    end = Clock(check_time_limit(time_limit)).end
     if objective not in OBJECTIVES:
         raise OptionError(f"unknown objective {objective!r}; choose from {', '.join(OBJECTIVES)}")
     if method not in METHODS:
@@ -718,7 +722,7 @@ def offline_optimum(trace: RequestTrace, capacity, *, time_limit: float = 30.0,
             optimal = lb >= best_val
             used.add("online+flow")
         else:
-            held, optimal, lb = _solve_cache(cc, objective, tl, hint)
+            held, optimal, lb = _solve_cache(cc, objective, end, hint)
             used.add("cp-sat")
         if not cc.feasible(held):
             raise InternalError("offline-schedule", "offline schedule exceeds the capacity")

@@ -42,7 +42,7 @@ after the first-call kernel compilation (``stats["compile_seconds"]``) and, when
 above 0, the first import of the CP-SAT solver (``stats["import_seconds"]``, 0 once imported). It becomes one
 :class:`memopt.clock.Clock` per call; every part (the baseline order, the peak bound, the
 heuristic, the cost bound and its child process, CP-SAT, the local search) gets the clock or
-a named share of it from :data:`memopt.remat.time_shares.SHARES`, and stops there with the
+a named share of it from :data:`memopt.time_shares.SHARES`, and stops there with the
 best it has. The answer is anytime: the best plan found by then; ``unknown`` only with
 ``stats["reason"]`` (a time out before any plan within the limit, or no method found one and
 none proved that there is none) and the no-recomputation plan (above the limit) or the
@@ -272,7 +272,7 @@ class _Call:
     def __init__(self, graph, cap, time_limit, seed, method, jobs=1, func=None, initial=None):
         from memopt import _jit
         from memopt.clock import Clock
-        from memopt.remat.time_shares import SHARES
+        from memopt.time_shares import SHARES
 
         t0 = time.perf_counter()
         self.p = RematProblem.of(graph, cap)

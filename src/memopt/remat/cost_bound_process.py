@@ -66,7 +66,7 @@ class CostBoundProcess:
     def __init__(self, graph, memory_limit: int, caps, *, time_limit: float | None = None, clock=None,
                  stop_at=None):
         import memopt
-        from memopt.remat.time_shares import remat_clock
+        from memopt.time_shares import remat_clock
 
         self.clock = remat_clock(time_limit, clock)
         self.time_limit = self.clock.left()

@@ -80,7 +80,7 @@ GROW_TRIES = 8
 #: seconds for one relaxed oracle call of the decomposition (the other ops' outputs weigh 0)
 RELAX_SECONDS = 10.0
 # the shares of CP-SAT's time (the bound, the restricted model, the cap fixing, the
-# decomposition) are the ``cpsat.*`` entries of memopt.remat.time_shares.SHARES
+# decomposition) are the ``cpsat.*`` entries of memopt.time_shares.SHARES
 
 
 def solve_cpsat(problem, question: str, *, memory_limit: int | None = None, cost_budget=None, cap=1,
@@ -111,7 +111,7 @@ def solve_cpsat(problem, question: str, *, memory_limit: int | None = None, cost
     cost (or the budget) allows (:func:`~memopt.remat.model_common.reduced_caps`)."""
     from ortools.sat.python import cp_model
 
-    from memopt.remat.time_shares import remat_clock
+    from memopt.time_shares import remat_clock
 
     t0 = time.perf_counter()
     clock = remat_clock(time_limit, clock)

@@ -141,7 +141,7 @@ def _deadline(time_limit, clock) -> float | None:
         return clock.end
     if time_limit is None:
         return None
-    from memopt.remat.time_shares import remat_clock
+    from memopt.time_shares import remat_clock
 
     return remat_clock(time_limit).end
 
@@ -291,7 +291,7 @@ def feasible_plan(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit: f
                           f"{levels - 1} or none); give a finite cap")
     # the last runs before a read (Lemma 10) settle some limits without any search
     if clock is None and time_limit is not None:
-        from memopt.remat.time_shares import remat_clock
+        from memopt.time_shares import remat_clock
 
         clock = remat_clock(time_limit)
     bound = None

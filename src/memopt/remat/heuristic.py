@@ -130,7 +130,7 @@ LNS_PATIENCE_PER_RERUN = 5
 MAX_REPEATS = 3
 #: ... or once it has this many orders ...
 MAX_ORDERS = 32
-# ... or used its share of the search time (``heuristic.orders`` of memopt.remat.time_shares,
+# ... or used its share of the search time (``heuristic.orders`` of memopt.time_shares,
 # where every share of the heuristic's time is)
 
 #: :func:`improve_by_lns` may move to a plan this much (relative) dearer than its best ...
@@ -791,7 +791,7 @@ def heuristic_method(problem, *, question: str, memory_limit=None, cost_budget=N
     ``lns``: run :func:`improve_by_lns` on a ``min_cost`` plan that fits (the default);
     ``clock``: the caller's :class:`memopt.clock.Clock` (else one of ``time_limit`` seconds)."""
     from memopt.remat.result import RematResult
-    from memopt.remat.time_shares import remat_clock
+    from memopt.time_shares import remat_clock
 
     t0 = time.perf_counter()
     clock = remat_clock(time_limit, clock)

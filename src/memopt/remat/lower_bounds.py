@@ -591,7 +591,7 @@ def _forward_trap_above(dag, limit: int, deadline: float, hints: list, num_ops: 
 
 
 # the shares of cost_lower_bound's time (the trap cuts first, G_S^+ joining, one pair or
-# scheduler question) are the ``bound.*`` entries of memopt.remat.time_shares.SHARES
+# scheduler question) are the ``bound.*`` entries of memopt.time_shares.SHARES
 
 #: other hitting sets the solver found on its way whose cores are sought before the next solve
 POOL_CORES = 6   # random_layered_n250, 60 s, 2026-12-01: 870 without, 909 with 2, 932 with 6
@@ -862,7 +862,7 @@ def cost_lower_bound(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit
     returns true the bound stops as at the time limit (the best value proved so far, the cores
     completed so far, ``complete=False``). ``stop_at`` may be a function too, asked after each
     hitting set (a plan found meanwhile, e.g. by a process alongside)."""
-    from memopt.remat.time_shares import remat_clock
+    from memopt.time_shares import remat_clock
 
     clock = remat_clock(time_limit, clock)
     deadline = clock.end

@@ -81,7 +81,7 @@ def solve_mip(problem, question: str, *, memory_limit: int | None = None, cost_b
     SCIP as a start solution when it answers the question. ``clock``: the caller's
     :class:`memopt.clock.Clock` (else one of ``time_limit`` seconds); SCIP's ``limits/time`` is
     what is left on it when the model is built."""
-    from memopt.remat.time_shares import remat_clock
+    from memopt.time_shares import remat_clock
 
     t0 = time.perf_counter()
     clock = remat_clock(time_limit, clock)

@@ -236,7 +236,7 @@ def budget_peak_bound(graph: TensorGraph, cost_budget, cap=1, *, time_limit: flo
     floor = int(floor)
     if n == 0:
         return floor
-    from memopt.remat.time_shares import remat_clock
+    from memopt.time_shares import remat_clock
 
     deadline = remat_clock(time_limit, clock).end
     caps = resolve_caps(graph, cap)

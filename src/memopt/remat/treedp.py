@@ -582,7 +582,7 @@ def treedp_method(problem, *, question: str, memory_limit=None, cost_budget=None
     exhaustion), a plan it finds is the DP's incumbent. ``clock``: the caller's
     :class:`memopt.clock.Clock` (its time left is the time limit)."""
     from memopt.remat.model_common import RematProblem, finish_result, start_result
-    from memopt.remat.time_shares import remat_clock
+    from memopt.time_shares import remat_clock
 
     t0 = time.perf_counter()
     clock = remat_clock(time_limit, clock)

@@ -1,9 +1,11 @@
-"""How a recomputation call splits its time: the one table of shares.
+"""How a call splits its time: the library's one table of shares.
 
-Every recomputation method, bound and solver gets a :class:`memopt.clock.Clock` (or one made
-here from its ``time_limit`` when called directly: :func:`remat_clock`) and takes its parts'
-sub-deadlines from it by name, :meth:`Clock.child`. No module of :mod:`memopt.remat` keeps a
-share of its own. Each entry is a :class:`~memopt.clock.Share`: a fraction of the time left
+The entries every solve of the library uses (``solver.*``: :func:`memopt.clock.solve_by`, the
+CP-SAT calls of :mod:`memopt.schedule`, :mod:`memopt.remat` and :mod:`memopt.cache`) come
+first, then recomputation's. Every recomputation method, bound and solver gets a
+:class:`memopt.clock.Clock` (or one made here from its ``time_limit`` when called directly:
+:func:`remat_clock`) and takes its parts' sub-deadlines from it by name, :meth:`Clock.child`.
+No module keeps a share of its own. Each entry is a :class:`~memopt.clock.Share`: a fraction of the time left
 when the part starts (of the clock's whole time with ``of_total``), at most ``most`` seconds.
 
 >>> c = remat_clock(10.0)
@@ -20,6 +22,10 @@ from memopt.clock import Clock, Share
 __all__ = ["SHARES", "remat_clock"]
 
 SHARES: dict[str, Share] = {
+    # ---- every CP-SAT solve of the library (memopt.clock.solve_by)
+    # of the time a solve is given: kept between CP-SAT's own time limit and the moment its
+    # answer is dropped, for a solver that obeys its limit to stop and hand back its answer
+    "solver.stop": Share(0.05, most=1.0),
     # ---- memopt.remat(..., method="auto") and the call around every method (remat/api.py)
     # the scheduling core's least-peak order without recomputation (the baseline P0 and the
     # first plan; the scheduler stops early when it proves its order optimal)
@@ -27,10 +33,6 @@ SHARES: dict[str, Share] = {
     # the most a call keeps for handing its answer back (the last search step, the solver's
     # stop, the independent check; api.CLOSE_EVALUATIONS, api.SOLVER_STOP_CPU)
     "call.close": Share(0.15, most=15.0),
-    # of the time a CP-SAT solve is given (memopt.clock.solve_by, every CP-SAT call of the
-    # library): kept between CP-SAT's own time limit and the moment its answer is dropped, for
-    # a solver that obeys its limit to stop and hand back its answer
-    "solver.stop": Share(0.05, most=1.0),
     # the lower bound on the peak of every capped plan (the trap of the ops that may re-run)
     "auto.peak_bound": Share(0.1, most=5.0),
     # min_peak: the trap cuts under the cost budget (proofs/remat_cost_bounds.md, Corollary 7')
