@@ -4,6 +4,7 @@ the relaxed-graph bound and the extra-cost bound with its cores (proofs/remat_co
 
 from __future__ import annotations
 
+import importlib
 import time
 from fractions import Fraction
 
@@ -204,6 +205,31 @@ def test_min_hitting_set_equals_exhaustive_search(args):
         # an upper bound at the optimum itself leaves out only ops no cheapest set holds
         value, hs, optimal = min_hitting_set(cores, costs, time.perf_counter() + 20, upper=best)
         assert optimal and value == best and all(set(hs) & set(core) for core in cores)
+
+
+def test_the_pool_gets_the_sets_of_a_solve_only_once_it_returned(monkeypatch):
+    # the solution callback runs in the solve's thread: the sets it collects reach the
+    # caller's pool when the solve returned in time, never from a solve dropped at its deadline
+    # (the solve is run here in full, then reported dropped)
+    lb = importlib.import_module("memopt.remat.lower_bounds")   # memopt.remat is also a function
+
+    cores, costs = [(0, 1), (1, 2)], [3, 1, 3]
+
+    def solved(solver, model, end, callback=None):
+        return solver.solve(model, callback)
+
+    def dropped(solver, model, end, callback=None):
+        solver.solve(model, callback)
+        return None
+
+    monkeypatch.setattr(lb, "solve_by", solved)
+    pool = []
+    assert min_hitting_set(cores, costs, time.perf_counter() + 20, pool=pool)[:2] == (1, (1,))
+    assert (1,) in pool and all(set(h) & set(c) for h in pool for c in cores)
+    monkeypatch.setattr(lb, "solve_by", dropped)
+    pool = []
+    assert min_hitting_set(cores, costs, time.perf_counter() + 20, pool=pool) == (0, (), False)
+    assert pool == []
 
 
 # ---------------------------------------------------------------------------- the pair trap as the oracle

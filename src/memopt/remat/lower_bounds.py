@@ -761,11 +761,17 @@ def min_hitting_set(cores, costs, deadline: float, clauses=(), upper=None, pool=
     solver.parameters.num_workers = 1
     solver.parameters.cp_model_presolve = False
     if pool is not None:
+        # the callback runs in the solve's thread, which a dropped solve outlives: it fills a
+        # list of its own, handed to ``pool`` only once the solve has returned
+        found = []
+
         class _Collect(cp_model.CpSolverSolutionCallback):
             def on_solution_callback(self):
-                pool.append(tuple(v for v in ops if self.boolean_value(x[v])))
+                found.append(tuple(v for v in ops if self.boolean_value(x[v])))
 
         status = solve_by(solver, m, deadline, _Collect())
+        if status is not None:
+            pool.extend(found)
     else:
         status = solve_by(solver, m, deadline)
     if status == cp_model.INFEASIBLE:
