@@ -102,3 +102,25 @@ def test_a_bad_seed_is_one_option_error(initial, words):
     with pytest.raises(OptionError, match=words) as exc:
         memopt.remat(late_reuse(), memory_limit=12, cap=1, initial=initial)
     assert "\n" not in str(exc.value)
+
+
+def test_the_heuristic_starts_from_the_checked_seeds():
+    from memopt.remat.model_common import RematProblem
+    from memopt.remat.registry import get_method
+    from memopt.remat.warm_start import checked_initial, heuristic_starts
+
+    g = late_reuse()
+    p = RematProblem.of(g, 1)
+    seeds = checked_initial(p, [["f", "g", "k", "h"], ["f", "g", "k", "f", "h"]])
+    assert [(s.peak, s.extra_cost) for s in seeds] == [(14, 0), (12, 3)]
+    # the seeds that answer, best first; when none answers (min_cost) the one of least peak
+    assert heuristic_starts(seeds, "min_cost", memory_limit=14) == [seeds[0], seeds[1]]
+    assert heuristic_starts(seeds, "min_cost", memory_limit=11) == [seeds[1]]
+    assert heuristic_starts(seeds, "min_peak", cost_budget=0) == [seeds[0]]
+    assert heuristic_starts(seeds[1:], "min_peak", cost_budget=0) == []
+    heuristic = get_method("heuristic").load()
+    r = heuristic(p, question="min_cost", memory_limit=12, cap=1, time_limit=5, starts=seeds)
+    assert (r.peak, r.extra_cost) == (12, 3)
+    # plans that did not go through checked_initial are refused, in one line
+    with pytest.raises(OptionError, match="checked_initial"):
+        heuristic(p, question="min_cost", memory_limit=12, cap=1, time_limit=5, starts=[seeds[1].plan])

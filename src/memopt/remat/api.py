@@ -498,7 +498,7 @@ class _Call:
 
     def _seeded(self, best, question, memory_limit, cost_budget, lower, common):
         """``(best merged with the best caller's plan that answers the question, the caller's
-        plans the heuristic also starts from)`` (:mod:`memopt.remat.warm_start`)."""
+        seeds the heuristic also starts from, checked once)`` (:mod:`memopt.remat.warm_start`)."""
         from memopt.remat.warm_start import best_answer, heuristic_starts
 
         got = best_answer(self.seeds, question, memory_limit, cost_budget)
@@ -540,7 +540,7 @@ class _Call:
                 if inc is None or better(question, (seeded.peak, seeded.extra_cost), evaluate(p, inc)):
                     inc = seeded.plan
         elif starts:
-            inc = starts[0]  # the heuristic (or a callable) starts from the caller's best plan
+            inc = starts[0].plan  # the heuristic (or a callable) starts from the caller's best plan
         kw = dict(question=question, memory_limit=memory_limit, cost_budget=cost_budget, cap=list(p.caps),
                   time_limit=clock.left(), incumbent=inc, seed=self.seed)
         if self.func is None:

@@ -92,7 +92,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from memopt.errors import InternalError, ScheduleError
+from memopt.errors import InternalError, OptionError, ScheduleError
 from memopt.remat.model_common import (RematProblem, evaluate, finish_result, plan_from_runs, start_result)
 
 __all__ = ["heuristic_method", "improve_runs", "improve_by_lns"]
@@ -786,8 +786,9 @@ def heuristic_method(problem, *, question: str, memory_limit=None, cost_budget=N
                      starts=()):
     """Registry method ``heuristic`` (see :mod:`memopt.remat.registry`). ``incumbent``: a plan
     whose runs are the starting sequence (default: the order of ``memopt.schedule``);
-    ``starts``: more plans (a caller's warm starts, :mod:`memopt.remat.warm_start`), each one
-    more start beside the held-tensor moves' answer (see :func:`_multi_start`'s ``extra``);
+    ``starts``: a caller's warm starts, as :class:`memopt.remat.warm_start.Seed` (checked once,
+    by :func:`memopt.remat.warm_start.checked_initial`), each one more start beside the
+    held-tensor moves' answer (see :func:`_multi_start`'s ``extra``);
     ``lns``: run :func:`improve_by_lns` on a ``min_cost`` plan that fits (the default);
     ``clock``: the caller's :class:`memopt.clock.Clock` (else one of ``time_limit`` seconds)."""
     from memopt.remat.result import RematResult
@@ -796,9 +797,11 @@ def heuristic_method(problem, *, question: str, memory_limit=None, cost_budget=N
     t0 = time.perf_counter()
     clock = remat_clock(time_limit, clock)
     p = RematProblem.of(problem, cap)
+    from memopt.remat.warm_start import Seed
+
     starts_given = list(starts)
-    for s in starts_given:
-        evaluate(p, s)  # a bad start is the caller's error, named here
+    if not all(isinstance(s, Seed) for s in starts_given):
+        raise OptionError("starts must be seeds checked by memopt.remat.warm_start.checked_initial")
     early = start_result(p, question, memory_limit, cost_budget, None, "heuristic", t0)
     if early.done and early.result.status == "infeasible":
         return early.result
@@ -827,7 +830,7 @@ def heuristic_method(problem, *, question: str, memory_limit=None, cost_budget=N
 
     held = held_tensor_moves(p, runs, question, memory_limit=early.memory_limit, cost_budget=early.cost_budget,
                              deadline=clock.child("heuristic.held_tensors").end)
-    given = [s.runs().tolist() for s in starts_given]
+    given = [s.plan.runs().tolist() for s in starts_given]
     if lns and question == "min_cost":
         runs, plan, peak, cost, stats = _multi_start(p, starts, early, seed, clock, extra=[held, *given])
     else:

@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 from memopt.errors import MemoptError, OptionError
 
-__all__ = ["Seed", "checked_initial", "best_answer", "search_start", "heuristic_starts"]
+__all__ = ["Seed", "checked_initial", "best_answer", "heuristic_starts"]
 
 
 class Seed(NamedTuple):
@@ -64,9 +64,10 @@ def best_answer(seeds: list[Seed], question: str, memory_limit=None, cost_budget
     return best
 
 
-def heuristic_starts(seeds: list[Seed], question: str, memory_limit=None, cost_budget=None) -> list:
-    """The plans the heuristic also starts from (beside the scheduler's order): every seed
-    that answers the question, best first; else (``min_cost``) the one with the least peak.
+def heuristic_starts(seeds: list[Seed], question: str, memory_limit=None, cost_budget=None) -> list[Seed]:
+    """The seeds the heuristic also starts from (beside the scheduler's order), already checked
+    (:func:`checked_initial`): every seed that answers the question, best first; else
+    (``min_cost``) the one with the least peak; none without seeds (or none within a budget).
     A start that does not fit may take the greedy all the time left, hence only one."""
     from memopt.remat.model_common import answers
 
@@ -74,15 +75,7 @@ def heuristic_starts(seeds: list[Seed], question: str, memory_limit=None, cost_b
     if ok:
         key = (lambda s: (Fraction(s.extra_cost), s.peak)) if question == "min_cost" else \
             (lambda s: (s.peak, Fraction(s.extra_cost)))
-        return [s.plan for s in sorted(ok, key=key)]
-    start = search_start(seeds, question, memory_limit, cost_budget)
-    return [] if start is None else [start.plan]
-
-
-def search_start(seeds: list[Seed], question: str, memory_limit=None, cost_budget=None) -> Seed | None:
-    """The seed the heuristic starts from: :func:`best_answer`, else (``min_cost``) the seed
-    with the least peak; ``None`` without seeds (or none within a budget)."""
-    best = best_answer(seeds, question, memory_limit, cost_budget)
-    if best is not None or question != "min_cost" or not seeds:
-        return best
-    return min(seeds, key=lambda s: (s.peak, Fraction(s.extra_cost)))
+        return sorted(ok, key=key)
+    if question != "min_cost" or not seeds:
+        return []
+    return [min(seeds, key=lambda s: (s.peak, Fraction(s.extra_cost)))]
