@@ -121,6 +121,13 @@ SHARES: dict[str, Share] = {
     # formula allowed to re-run first (a smaller search space; its plan seeds the full call):
     # DenseNet-121 at 51.25 MB, the full call alone re-ran 154 MFLOP where a plan at 0 exists
     "train.cheap_first": Share(1 / 3),
+    # the seeds' runs put in the scheduler's least-peak order (training_seeds.with_reordered),
+    # split equally between the seeds: ViT's min-cut saved set at PyTorch's 0.6 budget peaked
+    # 24 kB above that point's limit in the captured order, 2.6 MB below it reordered
+    "train.seed_order": Share(0.15),
+    # the lower bound on the plan's counted extra FLOPs (adapters/training_plan.flop_graph), kept
+    # from the full call's time; spent only when the plan re-runs a FLOP-counted op
+    "train.flop_bound": Share(0.15),
 }
 
 

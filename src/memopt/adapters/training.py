@@ -66,8 +66,8 @@ from memopt.core import Op, Tensor, TensorGraph
 from memopt.errors import InternalError, MemoptError
 from memopt._optional import import_torch
 
-__all__ = ["capture", "measure", "TrainingGraph", "Measurement", "TrainingCaptureError", "op_flops", "plan",
-           "TrainingPlan"]
+__all__ = ["capture", "measure", "TrainingGraph", "Measurement", "TrainingCaptureError", "op_flops", "op_flop_counts",
+           "draws_random", "plan", "TrainingPlan"]
 
 
 def __getattr__(name):
@@ -149,6 +149,45 @@ def op_flops(target, args: Sequence, kwargs: dict, out) -> int | None:
     if formula is None:
         return None
     return int(formula(*args, **kwargs, out_val=out))
+
+
+def draws_random(target, args: Sequence, kwargs: dict) -> bool:
+    """Does this ATen call draw random numbers (so that a second run would differ)? An operator
+    tagged ``nondeterministic_seeded`` does, except when its ``dropout_p`` argument (attention
+    kernels) is 0: those draw only for their dropout. PyTorch's partitioner re-runs them too
+    (its random ops are dropout and ``rand_like``/``randn_like`` only).
+
+    Examples
+    --------
+    >>> import torch
+    >>> q = torch.empty(1, 1, 2, 4)
+    >>> sdpa = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
+    >>> draws_random(sdpa, (q, q, q), {}), draws_random(sdpa, (q, q, q, 0.1), {})
+    (False, True)
+    >>> draws_random(torch.ops.aten.native_dropout.default, (q, 0.0, True), {})
+    True
+    """
+    if _torch().Tag.nondeterministic_seeded not in getattr(target, "tags", ()):
+        return False
+    params = getattr(getattr(target, "_schema", None), "arguments", ())
+    where = [i for i, a in enumerate(params) if a.name == "dropout_p"]
+    if not where:
+        return True
+    i = where[0]
+    p = kwargs.get("dropout_p", args[i] if i < len(args) else params[i].default_value)
+    return p != 0
+
+
+def op_flop_counts(tg: "TrainingGraph") -> dict:
+    """``{op name: FLOPs}`` of every op of a captured step with a FLOP formula
+    (:func:`op_flops`); an op without one is absent (its cost in the graph is an element count)."""
+    counts = {}
+    for o in tg._ops:
+        node = tg.nodes[o.name]
+        flops = op_flops(node.target, *_meta_args(node), node.meta.get("val"))
+        if flops is not None:
+            counts[o.name] = flops
+    return counts
 
 
 def _numel_cost(values: list) -> int:

@@ -52,9 +52,9 @@ from typing import Any, Callable
 
 from memopt.core import Op, Tensor, TensorGraph
 from memopt.errors import InternalError, OptionError
-from memopt.adapters.training import TrainingGraph, _torch, capture, measure
+from memopt.adapters.training import TrainingGraph, _torch, capture, draws_random, measure
 
-__all__ = ["plan", "TrainingPlan", "realizable_graph", "BARRIER"]
+__all__ = ["plan", "TrainingPlan", "realizable_graph", "flop_graph", "BARRIER"]
 
 #: Name of the barrier op and of its zero-byte tensor (see the module docstring).
 BARRIER = "memopt.forward_done"
@@ -84,7 +84,6 @@ def realizable_records(tg: TrainingGraph) -> tuple[list, list, dict]:
     """The tensors, ops (in the captured order, the barrier after the last forward op) and caps
     of :func:`realizable_graph`, for realizations that add to them
     (:mod:`memopt.adapters.training_sac`)."""
-    torch = _torch()
     fwd_outs = [tg.loss, *tg.buffer_updates]
     reads = tuple(dict.fromkeys(r for t in fwd_outs for r in (t, tg.views.get(t, t))))
     ops = []
@@ -95,11 +94,43 @@ def realizable_records(tg: TrainingGraph) -> tuple[list, list, dict]:
             caps[o.name] = 0
         else:
             ops.append(o)
-            target = tg.nodes[o.name].target
-            caps[o.name] = 0 if torch.Tag.nondeterministic_seeded in getattr(target, "tags", ()) else 1
+            node = tg.nodes[o.name]
+            caps[o.name] = 0 if draws_random(node.target, node.args, node.kwargs) else 1
     last_fwd = max(i for i, o in enumerate(ops) if tg.phase[o.name] == "forward")
     ops.insert(last_fwd + 1, Op(BARRIER, reads, (BARRIER,), cost=0))
     return [*tg._tensors, Tensor(BARRIER, 0)], ops, caps
+
+
+def flop_graph(tg: TrainingGraph) -> TensorGraph:
+    """:func:`realizable_graph` with each op's cost its FLOPs (:func:`op_flop_counts`), 0 for an
+    op without a FLOP formula: a plan's extra cost on it is the plan's counted extra FLOPs, so
+    :func:`memopt.remat.lower_bounds.cost_lower_bound` on it bounds those."""
+    from memopt.adapters.training import op_flop_counts
+
+    tensors, ops, _ = realizable_records(tg)
+    flops = op_flop_counts(tg)
+    return TensorGraph.build(tensors, [dataclasses.replace(o, cost=flops.get(o.name, 0)) for o in ops],
+                             name=tg.graph.name)
+
+
+def _flop_bound(tg: TrainingGraph, graph, caps: dict, memory_limit: int, runs: list, clock) -> tuple:
+    """``(extra counted FLOPs of the run sequence runs, lower bound on those of every plan within
+    caps and memory_limit (bytes, resident included))``: 0 without a bound search when the plan
+    re-runs no FLOP-counted op; the bound search stops at the plan's figure (then it is optimal)."""
+    from collections import Counter
+
+    from memopt.adapters.training import op_flop_counts
+    from memopt.remat.lower_bounds import cost_lower_bound
+
+    flops = op_flop_counts(tg)
+    names = graph.op_names
+    extra = sum(flops.get(names[v], 0) * (k - 1) for v, k in Counter(runs).items())
+    if extra == 0:
+        return 0, 0
+    fg = flop_graph(tg)
+    cb = cost_lower_bound(fg, memory_limit, [caps[n] for n in fg.op_names], time_limit=clock.left(), clock=clock,
+                          stop_at=extra)
+    return extra, (None if cb.value is None else min(cb.value, extra))
 
 
 # ----------------------------------------------------------------------------- realization
@@ -300,6 +331,13 @@ class TrainingPlan:
     lower_bound : int or Fraction or None
         memopt's lower bound on ``extra_flops`` at this memory limit (``memory_limit`` /
         ``memory_ratio`` questions), or on the modelled peak (``cost_budget``).
+    extra_counted_flops : int or None
+        The FLOPs of the recomputations alone: ops without a FLOP formula count 0 (what
+        ``torch.utils.flop_counter`` counts over the step, less the plain step's count).
+    flop_lower_bound : int or Fraction or None
+        A lower bound on ``extra_counted_flops`` of every plan of the realizable model within
+        the memory limit (:func:`flop_graph`; 0 when this plan re-runs no FLOP-counted op).
+        ``None``: no plan, a ``cost_budget`` question, or ``realize="sac"``.
     saved, recomputed : tuple of str
         Forward values kept for the backward (FX node names; with ``realize="sac"``, the ops
         whose results the checkpoints cache) and ops run a second time.
@@ -323,6 +361,8 @@ class TrainingPlan:
     recomputed: tuple
     runs: tuple
     seconds: float
+    extra_counted_flops: object = None
+    flop_lower_bound: object = None
     remat: Any = field(repr=False, default=None)
     graph: Any = field(repr=False, default=None)
     capture: Any = field(repr=False, default=None)
@@ -337,7 +377,8 @@ class TrainingPlan:
         """JSON-ready fields (exact numbers: a Fraction as ``"p/q"``)."""
         from memopt.remat.result import json_number
 
-        keys = ("peak", "modelled_peak", "baseline_peak", "memory_limit", "cost_budget", "extra_flops", "lower_bound")
+        keys = ("peak", "modelled_peak", "baseline_peak", "memory_limit", "cost_budget", "extra_flops", "lower_bound",
+                "extra_counted_flops", "flop_lower_bound")
         doc = {"status": self.status, **{k: json_number(getattr(self, k)) for k in keys}, "seconds": self.seconds}
         doc.update(saved=list(self.saved), recomputed=list(self.recomputed), method=self.remat.method if self.remat
                    else None, ops=self.capture.graph.num_ops, resident_bytes=self.capture.graph.resident_bytes,
@@ -570,7 +611,7 @@ def plan(model, inputs, loss_fn: Callable | None = None, *, targets=(), memory_l
 
     import memopt
     from memopt.clock import Clock, check_time_limit
-    from memopt.adapters.training_seeds import cheap_caps, seed_runs, within
+    from memopt.adapters.training_seeds import cheap_caps, seed_runs, with_reordered, within
     from memopt.time_shares import SHARES
 
     torch = _torch()
@@ -598,7 +639,7 @@ def plan(model, inputs, loss_fn: Callable | None = None, *, targets=(), memory_l
     clock = Clock(time_limit, shares=SHARES)
     # the min-cut saved sets (memopt.adapters.training_seeds) are the solver's warm starts; built
     # on the call's clock
-    initial = seed_runs(tg, graph, caps) if seeds else None
+    initial = with_reordered(graph, seed_runs(tg, graph, caps), clock.child("train.seed_order")) if seeds else None
     if seeds and budget is None and realizer.remat_share is None:
         # first the smaller search where only the ops without a FLOP formula re-run; its plan
         # (a plan of the full caps too) is one more warm start of the full call
@@ -609,6 +650,10 @@ def plan(model, inputs, loss_fn: Callable | None = None, *, targets=(), memory_l
         if first.plan is not None and first.status in ("optimal", "feasible"):
             initial.append(first.plan)
     seconds = clock.left() if realizer.remat_share is None else clock.seconds(realizer.remat_share)
+    flop_bound = budget is None and realizer.remat_share is None
+    if flop_bound:
+        # the bound on counted extra FLOPs runs after the call, in the time kept here
+        seconds -= clock.seconds("train.flop_bound")
     if budget is not None:
         res = memopt.remat(graph, cost_budget=budget, cap=caps, time_limit=seconds, method=method, seed=seed,
                            initial=initial)
@@ -625,6 +670,10 @@ def plan(model, inputs, loss_fn: Callable | None = None, *, targets=(), memory_l
                          inputs=inputs, loss_fn=loss_fn, targets=targets, blocks=blocks, clock=clock)
     got = realizer.realize(question) or {"status": res.status}
     common.update(got.pop("common", {}))
+    if flop_bound and got.get("runs"):
+        runs = [graph.op_index[n] for n in got["runs"]]
+        common["extra_counted_flops"], common["flop_lower_bound"] = _flop_bound(
+            tg, graph, caps, limit + resident, runs, clock.part(1.0))
     if got.get("_programs") is None:
         return TrainingPlan(status=got["status"], modelled_peak=None, peak=None, extra_flops=None, saved=(),
                             recomputed=(), runs=(), seconds=time.perf_counter() - t0, **common)

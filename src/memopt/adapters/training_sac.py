@@ -55,7 +55,7 @@ from typing import Any
 
 from memopt.core import Op, Tensor, TensorGraph
 from memopt.errors import OptionError
-from memopt.adapters.training import TrainingGraph, _loss_of, _torch
+from memopt.adapters.training import TrainingGraph, _loss_of, _torch, draws_random
 
 __all__ = ["default_blocks", "record", "EagerStep", "sac_instance", "evaluate", "choose", "SacRealization",
            "SacRealizer", "HOLD"]
@@ -193,7 +193,7 @@ class _Recorder:
                     self.keep.append(outs + written)
                 self.calls.append(dict(
                     op=canonical(func), shape=_first_shape(out), block=self.block, phase=self.phase,
-                    random=torch.Tag.nondeterministic_seeded in getattr(func, "tags", ()),
+                    random=draws_random(func, args, kwargs),
                     new_bytes=sum(int(t.untyped_storage().nbytes()) for t in outs
                                   if t.untyped_storage().data_ptr() not in read),
                     out_ptrs={t.untyped_storage().data_ptr() for t in outs},

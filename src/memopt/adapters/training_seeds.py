@@ -32,10 +32,11 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from memopt.adapters.training import TrainingGraph, _meta_args, op_flops
+from memopt.adapters.training import TrainingGraph, op_flop_counts
 from memopt.adapters.training_plan import BARRIER
 
-__all__ = ["mincut_recomputed", "runs_with_recomputation", "seed_runs", "cheap_caps", "within", "TIERS"]
+__all__ = ["mincut_recomputed", "runs_with_recomputation", "seed_runs", "reordered_runs", "with_reordered", "cheap_caps",
+           "within", "TIERS"]
 
 #: the ladder of re-runnable ops: cheap ops without reductions, with them, then FLOP-counted
 #: ops whose cost is at most these quantiles of the forward FLOP-counted ops' costs
@@ -158,18 +159,80 @@ def runs_with_recomputation(graph, backward_side: set) -> list[int]:
     return runs
 
 
+def reordered_runs(graph, runs: list[int], time_limit: float) -> list[int]:
+    """The runs of ``runs`` (each op as often) in the least-peak order memopt's scheduler finds
+    in ``time_limit`` seconds: each second run becomes an op of its own (a copy reading the
+    copies of its re-run inputs and writing copies of its outputs, which the later runs read),
+    so the question is one of order alone. The scheduler starts from the runs' own order, so
+    the peak is never higher; a seed whose saved set is right but whose order peaks just above
+    the limit may fit after this."""
+    import memopt
+    from memopt.core import Op, Tensor, TensorGraph
+
+    seen: set = set()
+    second = [i for i, v in enumerate(runs) if v in seen or seen.add(v)]
+    if not second:
+        return list(runs)
+    tn, names = graph.tensor_names, graph.op_names
+    tensors = [Tensor(tn[t], int(graph.tensor_size[t]), output=bool(graph.tensor_output[t]),
+                      resident=bool(graph.tensor_resident[t])) for t in range(graph.num_tensors)]
+    copy_of: dict = {}   # tensor id -> name of its copy, once its producer has run again
+    ops, source = [], []
+    costs = graph.op_cost_exact
+    again = set(second)
+    for i, v in enumerate(runs):
+        ins = tuple(copy_of.get(t, tn[t]) for t in graph.inputs_of(v).tolist())
+        outs = graph.outputs_of(v).tolist()
+        if i in again:
+            for t in outs:
+                copy_of[t] = f"{tn[t]}#again"
+                tensors.append(Tensor(copy_of[t], int(graph.tensor_size[t]), output=bool(graph.tensor_output[t])))
+            name = f"{names[v]}#again"
+        else:
+            name = names[v]
+        ops.append(Op(name, ins, tuple(copy_of[t] if i in again else tn[t] for t in outs),
+                      workspace=int(graph.op_workspace[v]), cost=costs[v]))
+        source.append(v)
+    g2 = TensorGraph.build(tensors, ops, name=graph.name)
+    res = memopt.schedule(g2, method="auto", time_limit=time_limit, input_order=list(range(len(ops))))
+    if res.order is None:
+        return list(runs)
+    return [source[i] for i in res.order.tolist()]
+
+
+def with_reordered(graph, seeds: list[list[int]], clock) -> list[list[int]]:
+    """``seeds`` followed by each one's :func:`reordered_runs` that differs from it, the
+    clock's time split equally between the seeds (``clock``: a :class:`memopt.clock.Clock`).
+    A call takes longer than the time it is given (the scheduler's set-up and check on a graph
+    of thousands of ops): the longest such excess so far is taken off each later slice, and no
+    call starts that the excess would take past the clock's end."""
+    import time
+
+    out, seen = list(seeds), {tuple(r) for r in seeds}
+    excess = 0.0
+    for k, runs in enumerate(seeds):
+        given = clock.part(1 / (len(seeds) - k)).left() - excess
+        if given <= 0 or clock.left() <= excess:
+            break
+        t0 = time.perf_counter()
+        again = reordered_runs(graph, runs, given)
+        excess = max(excess, time.perf_counter() - t0 - given)
+        if tuple(again) not in seen:
+            seen.add(tuple(again))
+            out.append(again)
+    return out
+
+
 def _allowed_sets(tg: TrainingGraph, graph, caps: dict) -> list[set]:
     """The re-runnable op names of each tier of :data:`TIERS` (forward ops with cap >= 1)."""
     sizes = graph.tensor_size
+    flops = op_flop_counts(tg)
     cheap, reductions, counted = set(), set(), {}
     for v, name in enumerate(graph.op_names):
         if caps.get(name, 0) < 1 or tg.phase.get(name) != "forward":
             continue
-        node = tg.nodes[name]
-        args, kwargs = _meta_args(node)
-        flops = op_flops(node.target, args, kwargs, node.meta.get("val"))
-        if flops is not None:
-            counted[name] = flops
+        if name in flops:
+            counted[name] = flops[name]
             continue
         out_b = int(sizes[graph.outputs_of(v)].sum())
         in_b = int(sizes[graph.inputs_of(v)].sum())
