@@ -148,8 +148,13 @@ def test_compile_path_scheduler_pass_reorders_and_is_measured_exactly(case):
 
     assert isinstance(memopt_pass, CustomSchedulerPass) and memopt_pass.uuid()
     cap = inductor.capture(model, *inputs, **opts)
-    stock_model, memopt_model, bound, status = memopt_pass.last
-    assert bound <= memopt_model <= stock_model
+    decision = memopt_pass.last
+    assert decision.lower_bound <= decision.memopt and decision.peak <= decision.stock
+    if decision.adopted:  # only a lower order with no node above Inductor's order's memory at that node
+        assert decision.peak < decision.stock and decision.nodes_above_stock == 0
+    else:  # Inductor's own order: the stock program, statement for statement
+        assert decision.peak == decision.stock
+        assert [s.payload for s in cap.program.statements] == [s.payload for s in stock_cap.program.statements]
     # whatever order the pass chose, the wrapper path measures the program it produced exactly
     measured, out = cap.measure()
     assert measured == cap.program.peak()

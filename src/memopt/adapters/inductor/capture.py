@@ -4,6 +4,7 @@ build the statement program (:mod:`memopt.adapters.inductor.profiling`)."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import textwrap
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -116,6 +117,7 @@ def _record_inductor_estimate(box: list):
 
     orig = mem.reorder_for_peak_memory
 
+    @functools.wraps(orig)  # the scheduler pass calls the function itself (inspect.unwrap), unrecorded
     def wrapped(nodes, name_to_buf, name_to_fused_node, graph_inputs, graph_outputs, *a, **k):
         out = orig(nodes, name_to_buf, name_to_fused_node, graph_inputs, graph_outputs, *a, **k)
         try:
