@@ -121,6 +121,16 @@ def test_optimize_keeps_the_stock_order_when_it_is_already_optimal():
     assert report.bitwise_equal and torch.equal(report()[0], report.capture.run()[0])
 
 
+def test_optimize_measures_the_stock_order_by_the_captures_profiled_run_once(case):
+    _, _, cap, report = case
+    # the first optimize took the profiled run's (peak, outputs) as its stock measurement
+    assert cap.take_stock_run() is None
+    # a second optimize has none and runs the stock order again: the same bytes and outputs
+    again = inductor.optimize_capture(cap, time_limit=2)
+    assert again.measured_peak_stock == report.measured_peak_stock == report.modelled_peak_stock
+    assert again.measured_peak == report.measured_peak and again.bitwise_equal
+
+
 def test_optimized_callable_matches_stock_and_eager(case):
     model, inputs, cap, report = case
     out = report()
