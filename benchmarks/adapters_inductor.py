@@ -36,7 +36,8 @@ machine's load stretches far less than wall seconds:
    ``reorder_for_peak_memory=False``, FX-graph cache on): compiled twice; the first compile is
    captured (``measure=False``) and its program run and measured (``pass measured``; ``pass
    modelled`` is Inductor's model of the order the pass returned, ``pass stock modelled`` that of
-   Inductor's own order; ``pass adopted``: memopt's order returned, else Inductor's; ``pass nodes
+   Inductor's own order, ``pass memopt modelled`` that of memopt's order; ``pass adopted``: memopt's
+   order returned, else Inductor's; ``pass nodes
    above stock``: nodes with more live memory in memopt's order than in Inductor's, in that model),
    its outputs compared bitwise with stock; the second is a plain
    ``torch.compile`` with equal options; ``pass cache``: the FX-graph cache's hits, misses and
@@ -412,7 +413,8 @@ def _pass_columns(model, inputs, reference, time_limit: float, tmp: str, stock: 
     last = opts["_post_fusion_custom_pass"].last
     if last is not None:  # Inductor's model: its own order's peak, the returned order's, memopt's status
         out.update({"pass stock modelled": last.stock, "pass modelled": last.peak, "pass status": last.status,
-                    "pass adopted": last.adopted, "pass nodes above stock": last.nodes_above_stock})
+                    "pass memopt modelled": last.memopt, "pass adopted": last.adopted,
+                    "pass nodes above stock": last.nodes_above_stock})
     measured, got = pcap.measure()
     out["pass measured"] = measured
     out["pass saving %"] = f"{100.0 * (stock - measured) / stock:.3f}"  # negative: above stock
