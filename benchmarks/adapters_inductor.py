@@ -26,9 +26,10 @@ machine's load stretches far less than wall seconds:
 
 1. stock ``torch.compile`` and its first call, no grad, FX-graph cache off: ``stock compile s``;
 2. :func:`memopt.adapters.inductor.capture` (compile and first call, profiled run): ``capture s``;
-3. :func:`memopt.adapters.inductor.optimize_capture` at ``--time-limit``: the stock wrapper and
-   memopt's permutation of its statements, both run and measured at the CPU allocator
-   (``stock measured``, ``memopt measured``), memopt's model of its order (``modelled``), the
+3. :func:`memopt.adapters.inductor.optimize_capture` at ``--time-limit``: the stock wrapper (its
+   measurement: the capture's profiled run) and memopt's permutation of its statements (run
+   unless it is the stock order), measured at the CPU allocator (``stock measured``, ``memopt
+   measured``), memopt's model of its order (``modelled``), the
    lower bound and status, ``saving %`` against the stock measured peak, bitwise equality of
    the outputs, ``sched s`` (the solve, as :func:`memopt.schedule` reports it) and ``compile s``
    (first use in the process: memopt's kernels compiled or loaded, its modules imported; apart);
