@@ -174,10 +174,11 @@ class MemoptSchedulerPass(CustomSchedulerPass):
         return f"MemoptSchedulerPass(time_limit={self.time_limit!r}, method={self.method!r})"
 
     def uuid(self) -> str:
-        """The FX-graph cache's key for this pass: memopt's version and the options."""
+        """The FX-graph cache's key for this pass: memopt's version, the adoption rule and the
+        options (a graph cached under an earlier rule is not served)."""
         import memopt
 
-        return f"memopt-scheduler-pass:{memopt.__version__}:{self.method}:{self.time_limit!r}"
+        return f"memopt-scheduler-pass:{memopt.__version__}:per-node:{self.method}:{self.time_limit!r}"
 
     def __call__(self, nodes: list) -> list:
         import memopt
