@@ -26,17 +26,21 @@ machine's load stretches far less than wall seconds:
 
 1. stock ``torch.compile`` and its first call, no grad, FX-graph cache off: ``stock compile s``;
 2. :func:`memopt.adapters.inductor.capture` (compile and first call, profiled run): ``capture s``;
-3. :func:`memopt.adapters.inductor.optimize_capture` at ``--time-limit``: the stock wrapper and
-   memopt's permutation of its statements, both run and measured at the CPU allocator
-   (``stock measured``, ``memopt measured``), memopt's model of its order (``modelled``), the
+3. :func:`memopt.adapters.inductor.optimize_capture` at ``--time-limit``: the stock wrapper (its
+   measurement: the capture's profiled run) and memopt's permutation of its statements (run
+   unless it is the stock order), measured at the CPU allocator (``stock measured``, ``memopt
+   measured``), memopt's model of its order (``modelled``), the
    lower bound and status, ``saving %`` against the stock measured peak, bitwise equality of
    the outputs, ``sched s`` (the solve, as :func:`memopt.schedule` reports it) and ``compile s``
    (first use in the process: memopt's kernels compiled or loaded, its modules imported; apart);
 4. the ``torch.compile`` path (:class:`MemoptSchedulerPass` as ``_post_fusion_custom_pass``,
    ``reorder_for_peak_memory=False``, FX-graph cache on): compiled twice; the first compile is
    captured (``measure=False``) and its program run and measured (``pass measured``; ``pass
-   modelled`` is Inductor's model of the pass's order, ``pass stock modelled`` that of
-   Inductor's order), its outputs compared bitwise with stock; the second is a plain
+   modelled`` is Inductor's model of the order the pass returned, ``pass stock modelled`` that of
+   Inductor's own order, ``pass memopt modelled`` that of memopt's order; ``pass adopted``: memopt's
+   order returned, else Inductor's; ``pass nodes
+   above stock``: nodes with more live memory in memopt's order than in Inductor's, in that model),
+   its outputs compared bitwise with stock; the second is a plain
    ``torch.compile`` with equal options; ``pass cache``: the FX-graph cache's hits, misses and
    bypasses of each compile.
 
@@ -114,7 +118,7 @@ def inductor_rows(names, *, time_limit: float = 1.0, training: bool = False, com
                 pcap = inductor.capture(model, *inputs, **opts)
                 measured, out = pcap.measure()
                 last = opts["_post_fusion_custom_pass"].last
-                row.update({"pass model (Inductor's)": last[1] if last else None,
+                row.update({"pass model (Inductor's)": last.peak if last else None,
                             "pass program model": pcap.program.peak(), "pass program measured": measured,
                             "pass bitwise": inductor._bitwise_equal(out, cap.run(), torch)})
             rows.append(row)
@@ -126,7 +130,8 @@ def inductor_rows(names, *, time_limit: float = 1.0, training: bool = False, com
 REAL_COLUMNS = ["model", "family", "stmts", "stock measured", "memopt measured", "modelled", "lower bound", "status",
                 "saving %", "bitwise", "exact", "sched s", "compile s", "capture s", "optimize s", "stock compile s"]
 REAL_PASS_COLUMNS = ["model", "stock measured", "pass stock modelled", "pass modelled", "pass measured", "pass saving %", "pass bitwise",
-                "pass status", "pass 1st s", "pass 1st cache", "pass 2nd s", "pass 2nd cache"]
+                "pass status", "pass adopted", "pass nodes above stock", "pass 1st s", "pass 1st cache", "pass 2nd s",
+                "pass 2nd cache"]
 
 
 def _cold(tmp: str, tag: str) -> None:
@@ -407,8 +412,10 @@ def _pass_columns(model, inputs, reference, time_limit: float, tmp: str, stock: 
     out["pass 1st s"] = round(time.perf_counter() - t0, 1)
     out["pass 1st cache"] = _cache_counts(before)
     last = opts["_post_fusion_custom_pass"].last
-    if last is not None:
-        out["pass stock modelled"], out["pass modelled"], _, out["pass status"] = last
+    if last is not None:  # Inductor's model: its own order's peak, the returned order's, memopt's status
+        out.update({"pass stock modelled": last.stock, "pass modelled": last.peak, "pass status": last.status,
+                    "pass memopt modelled": last.memopt, "pass adopted": last.adopted,
+                    "pass nodes above stock": last.nodes_above_stock})
     measured, got = pcap.measure()
     out["pass measured"] = measured
     out["pass saving %"] = f"{100.0 * (stock - measured) / stock:.3f}"  # negative: above stock

@@ -121,6 +121,16 @@ def test_optimize_keeps_the_stock_order_when_it_is_already_optimal():
     assert report.bitwise_equal and torch.equal(report()[0], report.capture.run()[0])
 
 
+def test_optimize_measures_the_stock_order_by_the_captures_profiled_run_once(case):
+    _, _, cap, report = case
+    # the first optimize took the profiled run's (peak, outputs) as its stock measurement
+    assert cap.take_stock_run() is None
+    # a second optimize has none and runs the stock order again: the same bytes and outputs
+    again = inductor.optimize_capture(cap, time_limit=2)
+    assert again.measured_peak_stock == report.measured_peak_stock == report.modelled_peak_stock
+    assert again.measured_peak == report.measured_peak and again.bitwise_equal
+
+
 def test_optimized_callable_matches_stock_and_eager(case):
     model, inputs, cap, report = case
     out = report()
@@ -148,8 +158,13 @@ def test_compile_path_scheduler_pass_reorders_and_is_measured_exactly(case):
 
     assert isinstance(memopt_pass, CustomSchedulerPass) and memopt_pass.uuid()
     cap = inductor.capture(model, *inputs, **opts)
-    stock_model, memopt_model, bound, status = memopt_pass.last
-    assert bound <= memopt_model <= stock_model
+    decision = memopt_pass.last
+    assert decision.lower_bound <= decision.memopt and decision.peak <= decision.stock
+    if decision.adopted:  # only a lower order with no node above Inductor's order's memory at that node
+        assert decision.peak < decision.stock and decision.nodes_above_stock == 0
+    else:  # Inductor's own order: the stock program, statement for statement
+        assert decision.peak == decision.stock
+        assert [s.payload for s in cap.program.statements] == [s.payload for s in stock_cap.program.statements]
     # whatever order the pass chose, the wrapper path measures the program it produced exactly
     measured, out = cap.measure()
     assert measured == cap.program.peak()

@@ -65,10 +65,10 @@ from memopt.adapters.inductor.wrapper import InductorCaptureError, _split  # noq
 
 __all__ = ["capture", "capture_training", "optimize", "optimize_capture", "measure_peak", "attribute_estimate",
            "Capture", "InductorTimeline", "InductorBuffer", "EstimateDifference", "ESTIMATE_CAUSES",
-           "OptimizeReport", "MemoptSchedulerPass", "compile_path_options", "scheduler_program",
+           "OptimizeReport", "MemoptSchedulerPass", "PassDecision", "compile_path_options", "scheduler_program",
            "InductorCaptureError", "without_transients"]
 
-_COMPILE_PASS = ("MemoptSchedulerPass", "compile_path_options", "scheduler_program")
+_COMPILE_PASS = ("MemoptSchedulerPass", "PassDecision", "compile_path_options", "scheduler_program")
 
 
 def __getattr__(name: str):

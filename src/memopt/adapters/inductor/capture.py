@@ -4,12 +4,13 @@ build the statement program (:mod:`memopt.adapters.inductor.profiling`)."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import textwrap
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from memopt.adapters.inductor.estimate import InductorBuffer, InductorTimeline
-from memopt.adapters.inductor.profiling import _build_program, measure_peak
+from memopt.adapters.inductor.profiling import _build_program, compiled_module, measure_peak
 from memopt.adapters.inductor.wrapper import InductorCaptureError, _split, _torch
 from memopt.core.program import Program
 from memopt.errors import OptionError
@@ -41,6 +42,9 @@ class Capture:
     _src: Any = None
     transients_measured: bool = True
     seconds: dict = field(default_factory=dict)
+    # the profiled run of the captured order (measure=True): (measured peak, outputs); taken by
+    # the first optimize_capture, whose stock measurement it is (not held after)
+    _stock_run: Any = field(default=None, repr=False)
 
     def source_for(self, order: Sequence[int] | None = None) -> str:
         """The wrapper source with ``call``'s body statements in ``order`` (statement ids)."""
@@ -55,10 +59,19 @@ class Capture:
         return self._src.head + body + self._src.tail
 
     def load(self, order: Sequence[int] | None = None) -> Callable[[list], Any]:
-        """Load the (permuted) wrapper with ``PyCodeCache.load`` and return its ``call``."""
+        """Load the (permuted) wrapper with ``PyCodeCache.load`` and return its ``call`` (the
+        captured order: the module Inductor loaded, :func:`compiled_module`)."""
         from torch._inductor.codecache import PyCodeCache
 
+        if order is None or [int(i) for i in order] == list(range(len(self._src.texts))):
+            return compiled_module(self.source).call
         return PyCodeCache.load(self.source_for(order)).call
+
+    def take_stock_run(self) -> tuple[int, Any] | None:
+        """``(measured peak, outputs)`` of the capture's profiled run of the captured order, once
+        (``None`` after the first call, or for a ``measure=False`` capture)."""
+        run, self._stock_run = self._stock_run, None
+        return run
 
     def fresh_args(self) -> list:
         """A copy of the captured inputs (storages cloned, aliasing between inputs kept):
@@ -116,6 +129,7 @@ def _record_inductor_estimate(box: list):
 
     orig = mem.reorder_for_peak_memory
 
+    @functools.wraps(orig)  # the scheduler pass calls the function itself (inspect.unwrap), unrecorded
     def wrapped(nodes, name_to_buf, name_to_fused_node, graph_inputs, graph_outputs, *a, **k):
         out = orig(nodes, name_to_buf, name_to_fused_node, graph_inputs, graph_outputs, *a, **k)
         try:
@@ -219,11 +233,17 @@ def capture(fn: Callable, *example_inputs, measure: bool = True, **compile_optio
         raise InductorCaptureError(f"expected one call of the compiled graph, saw {len(args_box)}")
     args = args_box[0]
     # no warm-up run: the compile's first call has just run this program on these inputs
+    observed: dict = {}
     program, mismatches = _build_program(source, _clone_args(args), name=getattr(fn, "__name__", type(fn).__name__),
-                                         measure=measure, seconds=seconds, warm_up=False)
+                                         measure=measure, seconds=seconds, warm_up=False, observed=observed)
     est, timeline = estimate[-1] if estimate else (None, None)
     return Capture(program=program, source=source, args=args, inductor_estimate=est, mismatches=mismatches,
-                   inductor_timeline=timeline, _src=_split(source), transients_measured=measure, seconds=seconds)
+                   inductor_timeline=timeline, _src=_split(source), transients_measured=measure, seconds=seconds,
+                   _stock_run=_observed_run(observed))
+
+
+def _observed_run(observed: dict) -> tuple[int, Any] | None:
+    return (observed["peak"], observed["outputs"]) if "peak" in observed else None
 
 
 def _aot_kind(code: str) -> str:
@@ -280,9 +300,12 @@ def capture_training(fn: Callable, *example_inputs, loss: Callable | None = None
     for kind, args, (est, timeline) in zip(("forward", "backward"), calls, (estimate + [(None, None)] * 2)[:2]):
         source = by_kind[kind][0]
         seconds = {"compile": compile_seconds}
+        observed: dict = {}
         program, mismatches = _build_program(source, _clone_args(args), name=f"{getattr(fn, '__name__', type(fn).__name__)}-{kind}",
-                                             seconds=seconds, warm_up=False)  # the compiling step ran it
+                                             seconds=seconds, warm_up=False,  # the compiling step ran it
+                                             observed=observed)
         out[kind] = Capture(program=program, source=source, args=args, inductor_estimate=est,
-                            mismatches=mismatches, inductor_timeline=timeline, _src=_split(source), seconds=seconds)
+                            mismatches=mismatches, inductor_timeline=timeline, _src=_split(source), seconds=seconds,
+                            _stock_run=_observed_run(observed))
     return out
 

@@ -55,11 +55,29 @@ def measure_peak(fn: Callable[[], Any]) -> tuple[int, Any]:
     allocation's and free's byte count, and its own running total)."""
     with _profile() as prof:
         result = fn()
-    events = _alloc_events(prof)
+    return _peak(_alloc_events(prof)), result
+
+
+def _peak(events: list) -> int:
+    """The highest bytes allocated during a run's allocation events (:func:`_alloc_events`),
+    above what was allocated when the first one happened."""
     if not events:
-        return 0, result
+        return 0
     start = events[0][2] - events[0][1]
-    return max(0, max(t for _, _, t in events) - start), result
+    return max(0, max(t for _, _, t in events) - start)
+
+
+def compiled_module(source: str):
+    """The Python module of wrapper ``source``: the one Inductor loaded when it compiled it
+    (same source, same file), else loaded now. Loading the wrapper again runs every kernel's
+    loader again (seconds on a large program)."""
+    from torch._inductor.codecache import PyCodeCache
+
+    _, path = PyCodeCache.write(source)
+    for mod in reversed(PyCodeCache.modules):
+        if getattr(mod, "__file__", None) == path:
+            return mod
+    return PyCodeCache.load(source)
 
 
 def _storages(value, torch) -> list:
@@ -74,20 +92,22 @@ def _storages(value, torch) -> list:
 
 
 def _build_program(source: str, args: list, name: str = "", measure: bool = True,
-                   seconds: dict | None = None, warm_up: bool = True) -> tuple[Program, list]:
+                   seconds: dict | None = None, warm_up: bool = True,
+                   observed: dict | None = None) -> tuple[Program, list]:
     """The wrapper ``source`` as a statement program, from one statement-by-statement run on
     ``args`` (which learns the storages every name binds). ``measure``: the run is under the CPU
     memory profiler, which measures each statement's transient and checks its net allocation
     against the model (the mismatches are returned), after a warm-up run of the whole program
     unless ``warm_up`` is ``False`` (the caller has just run this program on inputs of these
     shapes: the compile's first call); otherwise no profiler and every transient is 0.
-    ``seconds`` (if given) receives the time of each phase."""
+    ``seconds`` (if given) receives the time of each phase. ``observed`` (if given, with
+    ``measure``) receives that run's ``"peak"`` (:func:`measure_peak`'s measure, from the same
+    allocator events) and ``"outputs"``: one measured run of the program in its own order."""
     torch = _torch()
-    from torch._inductor.codecache import PyCodeCache
 
     clock = _Clock(seconds)
     src = _split(source)
-    mod = PyCodeCache.load(source)
+    mod = compiled_module(source)
     kernels = _kernel_signatures(source)
     ns = dict(mod.__dict__)
     ns[src.args_name] = list(args)
@@ -177,6 +197,11 @@ def _build_program(source: str, args: list, name: str = "", measure: bool = True
                     del sid_of[key_of.pop(sid)]
     clock.lap("profiled run" if measure else "run")
     events = _alloc_events(prof) if measure else []
+    if measure and observed is not None:
+        observed["peak"] = _peak(events)
+        observed["outputs"] = (eval(compile(ast.Expression(src.returns), "<return>", "eval"), ns)  # noqa: S307
+                               if src.returns is not None else None)
+    del ns
 
     # measured net allocation and in-statement peak, per statement
     net = [0] * len(codes)

@@ -32,6 +32,7 @@ class _Src:
     body: list           # ast statements
     texts: list          # source text per body statement (preceding comment lines included)
     args_name: str
+    returns: object = None  # the return statement's value (ast expression; None: a bare return)
 
 
 _LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n|$)")
@@ -115,7 +116,7 @@ def _split(source: str) -> _Src:
     head = "".join(lines[:head_end])
     tail = "".join(lines[ret.lineno - 1:])
     # comments directly above the return stay with it
-    return _Src(head, tail, indent, prologue, stmts, texts, args_name)
+    return _Src(head, tail, indent, prologue, stmts, texts, args_name, ret.value)
 
 
 def _kernel_signatures(source: str) -> dict[str, list[bool]]:
