@@ -33,8 +33,9 @@ memopt's per-step rmm/h2o and the per-step oracle at budget ``(1 - ratio) * cont
 also kvpress's own decoding wrapper (``PrefillDecodingPress`` of the press at prefill and
 ``DecodingPress(base_press=..., compression_interval=4, target_size=budget)``) for Knorm,
 StreamingLLM, TOVA and ObservedAttention (``<press>-step``). A task is kept only where the
-full cache scores at least 50 % (answered on the prefill the presses share; a dropped
-task's rows are not reported).
+full cache scores at least 50 % (answered on the prefill the presses share; a task stops as
+soon as the full cache can no longer reach 50 % of its samples; a dropped task's rows are
+not reported).
 
 ``--stream``: conversations (``conversation``: facts stated, chat, questions about earlier
 facts) streamed turn by turn through every prefill press
@@ -429,65 +430,72 @@ def run(args, emit=print) -> dict:
         data = {seed: samples(task, seed, args.samples, args.tokens) for seed in _seeds(args)}
         cells: dict = {}
         shared, lengths, full_acc = [], [], {}
-        for seed, ss in data.items():
-            for i, s in enumerate(ss):
-                t0 = time.perf_counter()
-                enc = pipe.preprocess(s.context, questions=[s.question], answer_prefix=s.prefix,
-                                      max_context_length=10**9)
-                ids, q_ids = enc["context_ids"], enc["questions_ids"][0]
-                ctx = ids[0].tolist()
-                cont = q_ids[0].tolist() + tok.encode(" " + s.answer, add_special_tokens=False)
-                c0 = time.process_time()
-                future = continuation_attention(model, ctx, cont)
-                chosen = {(ratio, label): press for ratio in args.ratios
-                          for label, press in presses(ratio, cont, len(ctx), args.steps).items()
-                          if not args.presses or label in args.presses}
-                prefill = {k: p for k, p in chosen.items() if not k[1].endswith("-step")}
-                if args.pipeline:    # each press alone through kvpress's pipeline: one prefill per press
-                    full = DynamicCache()
-                    model.model(input_ids=ids, past_key_values=full)
-                    prefill, hook_cpu = {}, {}
-                else:                # one prefill, each press's hook on its own cache (compress_many)
-                    full, caches, hook_cpu = compress_many(model, ids, prefill)
-                # the passes every press needs (prefill, continuation's attention), per sample
-                shared_cpu = time.process_time() - c0 - sum(hook_cpu.values())
-                shared.append(shared_cpu)
-                lengths.append(len(ctx))
-                # the full cache's answer: the pipeline's, on the prefill every press shared
-                full_acc.setdefault(seed, []).append(score(s.answer, answer_on_cache(pipe, full, q_ids, len(ctx), args.new)))
-                for key in chosen:
+        todo = [(seed, i, s) for seed, ss in data.items() for i, s in enumerate(ss)]
+        stopped = False
+        for done, (seed, i, s) in enumerate(todo):
+            # the full cache can no longer reach 50 % of the task's samples: it is dropped
+            stopped = not args.keep_all and sum(map(sum, full_acc.values())) + len(todo) - done < len(todo) / 2
+            if stopped:
+                break
+            t0 = time.perf_counter()
+            enc = pipe.preprocess(s.context, questions=[s.question], answer_prefix=s.prefix,
+                                  max_context_length=10**9)
+            ids, q_ids = enc["context_ids"], enc["questions_ids"][0]
+            ctx = ids[0].tolist()
+            cont = q_ids[0].tolist() + tok.encode(" " + s.answer, add_special_tokens=False)
+            c0 = time.process_time()
+            future = continuation_attention(model, ctx, cont)
+            chosen = {(ratio, label): press for ratio in args.ratios
+                      for label, press in presses(ratio, cont, len(ctx), args.steps).items()
+                      if not args.presses or label in args.presses}
+            prefill = {k: p for k, p in chosen.items() if not k[1].endswith("-step")}
+            if args.pipeline:    # each press alone through kvpress's pipeline: one prefill per press
+                full = DynamicCache()
+                model.model(input_ids=ids, past_key_values=full)
+                prefill, hook_cpu = {}, {}
+            else:                # one prefill, each press's hook on its own cache (compress_many)
+                full, caches, hook_cpu = compress_many(model, ids, prefill)
+            # the passes every press needs (prefill, continuation's attention), per sample
+            shared_cpu = time.process_time() - c0 - sum(hook_cpu.values())
+            shared.append(shared_cpu)
+            lengths.append(len(ctx))
+            # the full cache's answer: the pipeline's, on the prefill every press shared
+            full_acc.setdefault(seed, []).append(score(s.answer, answer_on_cache(pipe, full, q_ids, len(ctx), args.new)))
+            for key in chosen:
+                c1 = time.process_time()
+                if key in prefill:
+                    kept = kept_in_cache(full, caches[key])
+                    own = hook_cpu[key]
                     c1 = time.process_time()
-                    if key in prefill:
-                        kept = kept_in_cache(full, caches[key])
-                        own = hook_cpu[key]
-                        c1 = time.process_time()
-                        out = pipe.generate_answer(q_ids, caches[key], len(ctx), args.new)
-                    else:
-                        cache = DynamicCache()
-                        out = _ask(pipe, s, args.new, press=chosen[key], cache=cache)
-                        kept = None if key[1].endswith("-step") else kept_in_cache(full, cache)
-                        own = 0.0
-                    own += time.process_time() - c1
-                    c = cells.setdefault(key, {"acc": {}, "ret": {}, "cpu": [], "alone": []})
-                    c["acc"].setdefault(seed, []).append(score(s.answer, out))
-                    if kept is not None:
-                        got, tot = retained_attention(kept, future)
-                        c["ret"].setdefault(seed, []).append(got / tot if tot else 1.0)
-                    c["cpu"].append(own)
-                    # what the press costs alone in the pipeline: the prefill it shared, plus its own
-                    c["alone"].append(own + (shared_cpu if key in prefill else 0.0))
-                print(f"{task} seed {seed} sample {i}: {len(ctx)} context tokens, "
-                      f"{time.perf_counter() - t0:.0f} s wall, {time.process_time() - c0:.0f} s CPU",
-                      file=sys.stderr, flush=True)
-                if args.json:      # the rows so far: a run stopped early still leaves its samples
-                    so_far = statistics.mean(statistics.mean(v) for v in full_acc.values())
-                    _dump(args.json, {**res, "rows": res["rows"] + rows_of(task, cells, so_far >= 0.5),
-                                      "partial": f"{task}: through seed {seed} sample {i}"})
+                    out = pipe.generate_answer(q_ids, caches[key], len(ctx), args.new)
+                else:
+                    cache = DynamicCache()
+                    out = _ask(pipe, s, args.new, press=chosen[key], cache=cache)
+                    kept = None if key[1].endswith("-step") else kept_in_cache(full, cache)
+                    own = 0.0
+                own += time.process_time() - c1
+                c = cells.setdefault(key, {"acc": {}, "ret": {}, "cpu": [], "alone": []})
+                c["acc"].setdefault(seed, []).append(score(s.answer, out))
+                if kept is not None:
+                    got, tot = retained_attention(kept, future)
+                    c["ret"].setdefault(seed, []).append(got / tot if tot else 1.0)
+                c["cpu"].append(own)
+                # what the press costs alone in the pipeline: the prefill it shared, plus its own
+                c["alone"].append(own + (shared_cpu if key in prefill else 0.0))
+            print(f"{task} seed {seed} sample {i}: {len(ctx)} context tokens, "
+                  f"{time.perf_counter() - t0:.0f} s wall, {time.process_time() - c0:.0f} s CPU",
+                  file=sys.stderr, flush=True)
+            if args.json:      # the rows so far: a run stopped early still leaves its samples
+                so_far = statistics.mean(statistics.mean(v) for v in full_acc.values())
+                _dump(args.json, {**res, "rows": res["rows"] + rows_of(task, cells, so_far >= 0.5),
+                                  "partial": f"{task}: through seed {seed} sample {i}"})
         per_seed = [statistics.mean(v) for v in full_acc.values()]
         full_score = statistics.mean(per_seed)
-        res["full_cache"][task] = {"mean": full_score, "sd": statistics.pstdev(per_seed), "per_seed": per_seed}
-        if full_score < 0.5 and not args.keep_all:
-            emit(f"{task}: full cache {full_score:.2f} < 0.50, task dropped")
+        res["full_cache"][task] = {"mean": full_score, "sd": statistics.pstdev(per_seed), "per_seed": per_seed,
+                                   "samples": len(shared)}
+        if (stopped or full_score < 0.5) and not args.keep_all:
+            emit(f"{task}: full cache {full_score:.2f} on {len(shared)} of {len(todo)} samples, "
+                 "under 0.50 of the task: dropped")
             continue
         res["shared_seconds"][task] = statistics.mean(shared)
         res["context_tokens"][task] = [min(lengths), max(lengths)]
