@@ -486,8 +486,11 @@ def run(args, emit=print) -> dict:
                   f"{time.perf_counter() - t0:.0f} s wall, {time.process_time() - c0:.0f} s CPU",
                   file=sys.stderr, flush=True)
             if args.json:      # the rows so far: a run stopped early still leaves its samples
-                so_far = statistics.mean(statistics.mean(v) for v in full_acc.values())
-                _dump(args.json, {**res, "rows": res["rows"] + rows_of(task, cells, so_far >= 0.5),
+                so_far = [statistics.mean(v) for v in full_acc.values()]
+                _dump(args.json, {**res, "rows": res["rows"] + rows_of(task, cells, statistics.mean(so_far) >= 0.5),
+                                  "full_cache": {**res["full_cache"], task: {
+                                      "mean": statistics.mean(so_far), "sd": statistics.pstdev(so_far),
+                                      "per_seed": so_far, "samples": len(shared)}},
                                   "partial": f"{task}: through seed {seed} sample {i}"})
         per_seed = [statistics.mean(v) for v in full_acc.values()]
         full_score = statistics.mean(per_seed)
