@@ -33,7 +33,9 @@ memopt's per-step rmm/h2o and the per-step oracle at budget ``(1 - ratio) * cont
 also kvpress's own decoding wrapper (``PrefillDecodingPress`` of the press at prefill and
 ``DecodingPress(base_press=..., compression_interval=4, target_size=budget)``) for Knorm,
 StreamingLLM, TOVA and ObservedAttention (``<press>-step``). A task is kept only where the
-full cache scores at least 50 % (checked before any press runs).
+full cache scores at least 50 % (answered on the prefill the presses share; a task stops as
+soon as the full cache can no longer reach 50 % of its samples; a dropped task's rows are
+not reported).
 
 ``--stream``: conversations (``conversation``: facts stated, chat, questions about earlier
 facts) streamed turn by turn through every prefill press
@@ -47,9 +49,10 @@ optimum of that sum (``StreamOracle``, an upper bound); the row "stream".
 The prefill presses of a sample share one prefill (``compress_many``: each press's own hook on
 its own cache, answered by kvpress's ``generate_answer``; equal to the pipeline, tested);
 ``--pipeline`` runs each press alone through ``KVPressTextGenerationPipeline`` instead. "own
-CPU s" is a press's hook plus its answer; "row CPU s alone" adds the sample's shared passes
-(prefill, the continuation's attention, the model's predictions: at least what the press
-needs alone) and sums over the row's samples.
+CPU s" is a press's hook plus its answer; "row CPU s alone" adds the sample's two shared passes
+(the prefill, and one pass over context plus continuation for the continuation's attention and
+the model's predictions on the context: at least what the press needs alone) and sums over the
+row's samples. The full cache is answered on the shared prefill too.
 
     python benchmarks/kvpress_table.py [--tasks kv,needle,news,multiturn] [--samples 4] [--seeds 2] [--first-seed 0]
         [--tokens 512] [--ratios 0.25,0.5,0.75] [--presses LABELS] [--steps] [--stream] [--pipeline]
@@ -379,9 +382,25 @@ def _ask(pipe, s: Sample, new: int, **kw) -> str:
     return pipe(s.context, question=s.question, answer_prefix=s.prefix, max_new_tokens=new, **kw)["answer"]
 
 
-def full_cache_score(pipe, data: dict, new: int) -> list:
-    """Per seed, the fraction of samples the uncompressed cache answers."""
-    return [statistics.mean(score(s.answer, _ask(pipe, s, new)) for s in ss) for ss in data.values()]
+def keep_freed_memory() -> bool:
+    """Make glibc serve every allocation from its heap and keep freed memory there
+    (``mallopt``: no ``mmap``, trimming only above 2 GiB); False where that is not glibc.
+    Eager attention allocates several ``(heads, n, n)`` float tensors per layer (136 MB each
+    at 1,946 tokens); glibc maps every block above 32 MB afresh and unmaps it when freed, so
+    the kernel zeroes and faults in each one again: about 15 of a pass's 35 CPU s were system
+    time. The numbers computed are the same."""
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name) if name else None
+    except OSError:
+        libc = None
+    if libc is None or not hasattr(libc, "mallopt"):
+        return False
+    m_trim_threshold, m_mmap_max = -1, -4          # glibc's malloc.h
+    return bool(libc.mallopt(m_mmap_max, 0)) and bool(libc.mallopt(m_trim_threshold, 2**31 - 1))
 
 
 def run(args, emit=print) -> dict:
@@ -393,7 +412,9 @@ def run(args, emit=print) -> dict:
     from kvpress import KVPressTextGenerationPipeline
     from transformers import DynamicCache
 
-    from memopt.cache.kvpress import compress_many, continuation_attention, kept_in_cache, retained_attention
+    from memopt.cache import kvpress as memopt_kvpress
+    from memopt.cache.kvpress import (answer_on_cache, compress_many, continuation_attention, kept_in_cache,
+                                      retained_attention)
 
     torch.set_grad_enabled(False)
     model, tok = load(args)
@@ -408,66 +429,81 @@ def run(args, emit=print) -> dict:
             _dump(args.json, res)
     for task in args.tasks:
         data = {seed: samples(task, seed, args.samples, args.tokens) for seed in _seeds(args)}
-        # the full cache first: a task it fails is dropped before any press runs
-        per_seed = full_cache_score(pipe, data, args.new)
-        full_score = statistics.mean(per_seed)
-        res["full_cache"][task] = {"mean": full_score, "sd": statistics.pstdev(per_seed), "per_seed": per_seed}
-        if full_score < 0.5 and not args.keep_all:
-            emit(f"{task}: full cache {full_score:.2f} < 0.50, task dropped")
-            continue
         cells: dict = {}
-        shared, lengths = [], []
-        for seed, ss in data.items():
-            for i, s in enumerate(ss):
-                t0 = time.perf_counter()
-                enc = pipe.preprocess(s.context, questions=[s.question], answer_prefix=s.prefix,
-                                      max_context_length=10**9)
-                ids, q_ids = enc["context_ids"], enc["questions_ids"][0]
-                ctx = ids[0].tolist()
-                cont = q_ids[0].tolist() + tok.encode(" " + s.answer, add_special_tokens=False)
-                c0 = time.process_time()
-                future = continuation_attention(model, ctx, cont)
-                chosen = {(ratio, label): press for ratio in args.ratios
-                          for label, press in presses(ratio, cont, len(ctx), args.steps).items()
-                          if not args.presses or label in args.presses}
-                prefill = {k: p for k, p in chosen.items() if not k[1].endswith("-step")}
-                if args.pipeline:    # each press alone through kvpress's pipeline: one prefill per press
-                    full = DynamicCache()
-                    model.model(input_ids=ids, past_key_values=full)
-                    prefill, hook_cpu = {}, {}
-                else:                # one prefill, each press's hook on its own cache (compress_many)
-                    full, caches, hook_cpu = compress_many(model, ids, prefill)
-                # the passes every press needs (prefill, continuation's attention), per sample
-                shared_cpu = time.process_time() - c0 - sum(hook_cpu.values())
-                shared.append(shared_cpu)
-                lengths.append(len(ctx))
-                for key in chosen:
+        shared, lengths, full_acc = [], [], {}
+        todo = [(seed, i, s) for seed, ss in data.items() for i, s in enumerate(ss)]
+        stopped = False
+        for done, (seed, i, s) in enumerate(todo):
+            # the full cache can no longer reach 50 % of the task's samples: it is dropped
+            stopped = not args.keep_all and sum(map(sum, full_acc.values())) + len(todo) - done < len(todo) / 2
+            if stopped:
+                break
+            t0 = time.perf_counter()
+            enc = pipe.preprocess(s.context, questions=[s.question], answer_prefix=s.prefix,
+                                  max_context_length=10**9)
+            ids, q_ids = enc["context_ids"], enc["questions_ids"][0]
+            ctx = ids[0].tolist()
+            cont = q_ids[0].tolist() + tok.encode(" " + s.answer, add_special_tokens=False)
+            c0 = time.process_time()
+            future = continuation_attention(model, ctx, cont)
+            chosen = {(ratio, label): press for ratio in args.ratios
+                      for label, press in presses(ratio, cont, len(ctx), args.steps).items()
+                      if not args.presses or label in args.presses}
+            prefill = {k: p for k, p in chosen.items() if not k[1].endswith("-step")}
+            if args.pipeline:    # each press alone through kvpress's pipeline: one prefill per press
+                full = DynamicCache()
+                model.model(input_ids=ids, past_key_values=full)
+                prefill, hook_cpu, reused = {}, {}, 0.0
+            else:                # one prefill, each press's hook on its own cache (compress_many)
+                reused = memopt_kvpress._REUSED_SECONDS[0]
+                full, caches, hook_cpu = compress_many(model, ids, prefill)
+                reused = memopt_kvpress._REUSED_SECONDS[0] - reused
+            # the passes every press needs (prefill, continuation's attention), per sample; the
+            # hooks' seconds count a reused quantisation in every press: it was spent once
+            shared_cpu = time.process_time() - c0 - (sum(hook_cpu.values()) - reused)
+            shared.append(shared_cpu)
+            lengths.append(len(ctx))
+            # the full cache's answer: the pipeline's, on the prefill every press shared
+            full_acc.setdefault(seed, []).append(score(s.answer, answer_on_cache(pipe, full, q_ids, len(ctx), args.new)))
+            for key in chosen:
+                c1 = time.process_time()
+                if key in prefill:
+                    kept = kept_in_cache(full, caches[key])
+                    own = hook_cpu[key]
                     c1 = time.process_time()
-                    if key in prefill:
-                        kept = kept_in_cache(full, caches[key])
-                        own = hook_cpu[key]
-                        c1 = time.process_time()
-                        out = pipe.generate_answer(q_ids, caches[key], len(ctx), args.new)
-                    else:
-                        cache = DynamicCache()
-                        out = _ask(pipe, s, args.new, press=chosen[key], cache=cache)
-                        kept = None if key[1].endswith("-step") else kept_in_cache(full, cache)
-                        own = 0.0
-                    own += time.process_time() - c1
-                    c = cells.setdefault(key, {"acc": {}, "ret": {}, "cpu": [], "alone": []})
-                    c["acc"].setdefault(seed, []).append(score(s.answer, out))
-                    if kept is not None:
-                        got, tot = retained_attention(kept, future)
-                        c["ret"].setdefault(seed, []).append(got / tot if tot else 1.0)
-                    c["cpu"].append(own)
-                    # what the press costs alone in the pipeline: the prefill it shared, plus its own
-                    c["alone"].append(own + (shared_cpu if key in prefill else 0.0))
-                print(f"{task} seed {seed} sample {i}: {len(ctx)} context tokens, "
-                      f"{time.perf_counter() - t0:.0f} s wall, {time.process_time() - c0:.0f} s CPU",
-                      file=sys.stderr, flush=True)
-                if args.json:      # the rows so far: a run stopped early still leaves its samples
-                    _dump(args.json, {**res, "rows": res["rows"] + rows_of(task, cells, full_score >= 0.5),
-                                      "partial": f"{task}: through seed {seed} sample {i}"})
+                    out = pipe.generate_answer(q_ids, caches[key], len(ctx), args.new)
+                else:
+                    cache = DynamicCache()
+                    out = _ask(pipe, s, args.new, press=chosen[key], cache=cache)
+                    kept = None if key[1].endswith("-step") else kept_in_cache(full, cache)
+                    own = 0.0
+                own += time.process_time() - c1
+                c = cells.setdefault(key, {"acc": {}, "ret": {}, "cpu": [], "alone": []})
+                c["acc"].setdefault(seed, []).append(score(s.answer, out))
+                if kept is not None:
+                    got, tot = retained_attention(kept, future)
+                    c["ret"].setdefault(seed, []).append(got / tot if tot else 1.0)
+                c["cpu"].append(own)
+                # what the press costs alone in the pipeline: the prefill it shared, plus its own
+                c["alone"].append(own + (shared_cpu if key in prefill else 0.0))
+            print(f"{task} seed {seed} sample {i}: {len(ctx)} context tokens, "
+                  f"{time.perf_counter() - t0:.0f} s wall, {time.process_time() - c0:.0f} s CPU",
+                  file=sys.stderr, flush=True)
+            if args.json:      # the rows so far: a run stopped early still leaves its samples
+                so_far = [statistics.mean(v) for v in full_acc.values()]
+                _dump(args.json, {**res, "rows": res["rows"] + rows_of(task, cells, statistics.mean(so_far) >= 0.5),
+                                  "full_cache": {**res["full_cache"], task: {
+                                      "mean": statistics.mean(so_far), "sd": statistics.pstdev(so_far),
+                                      "per_seed": so_far, "samples": len(shared)}},
+                                  "partial": f"{task}: through seed {seed} sample {i}"})
+        per_seed = [statistics.mean(v) for v in full_acc.values()]
+        full_score = statistics.mean(per_seed)
+        res["full_cache"][task] = {"mean": full_score, "sd": statistics.pstdev(per_seed), "per_seed": per_seed,
+                                   "samples": len(shared)}
+        if (stopped or full_score < 0.5) and not args.keep_all:
+            emit(f"{task}: full cache {full_score:.2f} on {len(shared)} of {len(todo)} samples, "
+                 "under 0.50 of the task: dropped")
+            continue
         res["shared_seconds"][task] = statistics.mean(shared)
         res["context_tokens"][task] = [min(lengths), max(lengths)]
         rows = rows_of(task, cells, full_score >= 0.5)
@@ -696,6 +732,7 @@ def main(argv=None) -> int:
     except ValueError:
         print(f"kvpress_table.py: --ratios must be numbers, got {args.ratios!r}", file=sys.stderr)
         return 2
+    keep_freed_memory()
     res = run(args)
     print("\n## all tasks\n")
     print(table(res))

@@ -19,7 +19,9 @@ from kvpress import (KnormPress, KVPressTextGenerationPipeline, ObservedAttentio
 from transformers import DynamicCache  # noqa: E402
 
 from memopt.cache.kv_record import quantise_heads  # noqa: E402
-from memopt.cache.kvpress import (OraclePress, PolicyPress, _int_attention, compress_many,  # noqa: E402
+from memopt.cache import kvpress as memopt_kvpress  # noqa: E402
+from memopt.cache.kvpress import (OraclePress, PolicyPress, _int_attention, _predictions_correct,  # noqa: E402
+                                  _span_pass, answer_on_cache, compress_many, continuation_attention,
                                   kept_in_cache, kept_positions, tiny_model)
 from memopt.errors import OptionError  # noqa: E402
 
@@ -71,6 +73,41 @@ def test_the_pipelines_own_cache_tells_what_a_press_kept(tiny):
     press = PolicyPress(0.5, policy="rmm", options={"lag": 4})
     pipe(CONTEXT, question=QUESTION, press=press, max_new_tokens=3, cache=mine)
     assert (kept_in_cache(full, mine) == kept_positions(model, ids, press)).all()
+
+
+def test_the_continuation_pass_predicts_what_a_pass_over_the_context_alone_does(tiny):
+    model, _, enc, cont = tiny
+    ids = enc["context_ids"]
+    n = ids.shape[1]
+    with torch.no_grad():
+        alone = model(input_ids=ids, use_cache=False).logits[0].argmax(-1).numpy()
+    (future,), pred = _span_pass(model, ids[0].tolist() + cont, [(n, n + len(cont))], predict=n)
+    assert pred.shape == (n,) and (pred == alone).all()
+    assert future.shape[2] == n and (_span_pass(model, ids[0].tolist() + cont, [(n, n + 1)])[1] is None)
+    # continuation_attention leaves the predictions for rmm's weighting: no pass of its own
+    memopt_kvpress._PREDICTIONS.__init__()
+    memopt_kvpress._FUTURE.__init__()
+    continuation_attention(model, ids[0].tolist(), cont)
+    calls = []
+    handle = model.register_forward_pre_hook(lambda *a: calls.append(1))
+    try:
+        correct = _predictions_correct(model, ids)
+    finally:
+        handle.remove()
+    tok = ids[0].numpy()
+    assert not calls and (correct == np.append(alone[:-1] == tok[1:], True)).all()
+
+
+def test_answer_on_cache_answers_as_the_pipeline_and_restores_the_cache(tiny):
+    model, pipe, enc, _ = tiny
+    ids, q_ids = enc["context_ids"], enc["questions_ids"][0]
+    n = ids.shape[1]
+    full, _, _ = compress_many(model, ids, {})
+    before = [layer.keys.clone() for layer in full.layers]
+    want = pipe(CONTEXT, question=QUESTION, max_new_tokens=5)["answer"]
+    assert answer_on_cache(pipe, full, q_ids, n, 5) == want
+    assert all(torch.equal(layer.keys, k) for layer, k in zip(full.layers, before))
+    assert answer_on_cache(pipe, full, q_ids, n, 5) == want
 
 
 def test_compress_many_refuses_a_decoding_press(tiny):

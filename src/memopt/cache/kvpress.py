@@ -67,7 +67,7 @@ from memopt.cache.kv_trace import DEFAULT_SCALE, make_attention_trace
 
 __all__ = ["PolicyPress", "OraclePress", "PolicyDecodingPress", "OracleDecodingPress", "kept_positions", "kept_in_cache", "compress_many",
            "continuation_attention", "span_attention", "retained_attention",
-           "PressedStream", "StreamOracle", "keep_top", "tiny_model", "KVPRESS_PIN"]
+           "answer_on_cache", "PressedStream", "StreamOracle", "keep_top", "tiny_model", "KVPRESS_PIN"]
 
 KVPRESS_PIN = "kvpress==0.5.5"
 _CLASSES: dict = {}
@@ -125,14 +125,30 @@ def _int_attention(attn, kv_heads: int, scale: int) -> np.ndarray:
     quantisation (:func:`memopt.cache.kv_record.quantise_heads`), done in torch because a
     prefill quantises ``layers x n_heads x n^2`` values per press; float32 clamp, product
     with ``scale`` and round-half-to-even are the same IEEE operations as numpy's
-    ``clip``, ``*`` and ``rint``, so the integers are identical (tested)."""
+    ``clip``, ``*`` and ``rint``, so the integers are identical (tested). The last result is
+    kept (read-only) for the same tensor, unchanged since: the presses of one prefill
+    (:func:`compress_many`) see the same weights at every layer and quantise them once."""
     import torch
     if attn is None:
         raise OptionError("the model returned no attention weights: load it with attn_implementation=\"eager\"")
     if attn.shape[0] != 1:
         raise OptionError(f"memopt's presses take one sequence at a time, got a batch of {attn.shape[0]}")
+    import time
+    # the tensor itself is held, so its identity and version name its contents
+    key = (attn._version, kv_heads, scale)
+    if _QUANTISED[0] is attn and _QUANTISED[1] == key:
+        _REUSED_SECONDS[0] += _QUANTISED[3]
+        return _QUANTISED[2]
+    t0 = time.process_time()
     q = torch.round(attn[0].detach().to(torch.float32).clamp(0.0, 1.0) * scale).to(torch.int64)
-    return q.reshape(kv_heads, q.shape[0] // kv_heads, *q.shape[1:]).sum(dim=1).cpu().numpy()
+    out = q.reshape(kv_heads, q.shape[0] // kv_heads, *q.shape[1:]).sum(dim=1).cpu().numpy()
+    out.setflags(write=False)
+    _QUANTISED[:] = [attn, key, out, time.process_time() - t0]
+    return out
+
+
+_QUANTISED: list = [None, None, None, 0.0]       # the last (attention tensor, key, integers, CPU s)
+_REUSED_SECONDS = [0.0]      # CPU s the reused quantisations took when computed: a press's cost alone
 
 
 class _LastContext:
@@ -158,16 +174,21 @@ _PREDICTIONS, _FUTURE = _LastContext(), _LastContext()
 
 def _predictions_correct(model, ids) -> np.ndarray:
     """Whether the model's argmax at each context position is the next context token (the
-    last position, whose next token the press cannot see, counts as correct)."""
+    last position, whose next token the press cannot see, counts as correct). Free after
+    :func:`continuation_attention` on the same context: its pass computes them."""
     import torch
     tok = ids[0].cpu().numpy()
 
     def compute():
         with torch.no_grad():
             pred = model(input_ids=ids, use_cache=False).logits[0].argmax(-1).cpu().numpy()
-        return np.append(pred[:-1] == tok[1:], True)
+        return _correct(pred, tok)
 
     return _PREDICTIONS.get(model, tuple(tok.tolist()), compute)
+
+
+def _correct(pred: np.ndarray, tok: np.ndarray) -> np.ndarray:
+    return np.append(pred[:-1] == tok[1:], True)
 
 
 def _language_model(model):
@@ -512,7 +533,14 @@ def continuation_attention(model, context, continuation, scale: int = DEFAULT_SC
 
 
 def _continuation_attention(model, ctx: list, cont: list, scale: int) -> np.ndarray:
-    return span_attention(model, ctx + cont, [(len(ctx), len(ctx) + len(cont))], scale)[0]
+    n = len(ctx)
+    (future,), pred = _span_pass(model, ctx + cont, [(n, n + len(cont))], scale, predict=n)
+    # the pass over context plus continuation also gives the model's predictions on the
+    # context (causal: the context's logits do not see the continuation): rmm's weighting
+    # then needs no pass of its own
+    tok = np.asarray(ctx, dtype=np.int64)
+    _PREDICTIONS.get(model, tuple(ctx), lambda: _correct(pred, tok))
+    return future
 
 
 def span_attention(model, ids, spans, scale: int = DEFAULT_SCALE) -> list:
@@ -540,6 +568,13 @@ def span_attention(model, ids, spans, scale: int = DEFAULT_SCALE) -> list:
     >>> [a.shape for a in span_attention(model, [1, 5, 7, 9, 4], [(3, 5)])]   # doctest: +SKIP
     [(2, 2, 3)]
     """
+    return _span_pass(model, ids, spans, scale)[0]
+
+
+def _span_pass(model, ids, spans, scale: int = DEFAULT_SCALE, predict: int = 0) -> tuple:
+    """:func:`span_attention`'s pass; with ``predict > 0`` also the model's argmax prediction at
+    positions ``[0, predict)`` (the output embedding on those positions' final hidden states),
+    else ``None``: ``(attention per span, predictions)``."""
     import torch
     ids = [int(i) for i in ids]
     spans = [(int(a), int(b)) for a, b in spans]
@@ -562,11 +597,14 @@ def span_attention(model, ids, spans, scale: int = DEFAULT_SCALE) -> list:
     handles = [m.register_forward_hook(hook_for(li)) for li, m in enumerate(mods)]
     try:
         with torch.no_grad():
-            _language_model(model)(input_ids=torch.tensor([ids]), use_cache=False)
+            hidden = _language_model(model)(input_ids=torch.tensor([ids]), use_cache=False).last_hidden_state
+            pred = None
+            if predict:
+                pred = model.get_output_embeddings()(hidden[:, :predict])[0].argmax(-1).cpu().numpy()
     finally:
         for h in handles:
             h.remove()
-    return out
+    return out, pred
 
 
 def kept_positions(model, context, press) -> np.ndarray:
@@ -624,7 +662,8 @@ def compress_many(model, context_ids, presses: dict) -> tuple:
     -------
     tuple
         ``(full, caches, seconds)``: the uncompressed ``DynamicCache``, label -> the press's
-        compressed ``DynamicCache``, label -> CPU seconds spent in the press's hook.
+        compressed ``DynamicCache``, label -> CPU seconds of the press's hook alone (a layer's
+        quantised attention, computed once for all of memopt's presses, counts in each).
 
     Examples
     --------
@@ -649,10 +688,10 @@ def compress_many(model, context_ids, presses: dict) -> tuple:
                 return output
             keys, values = full.layers[li].keys, full.layers[li].values
             for label, press in presses.items():
-                t0 = time.process_time()
+                t0, r0 = time.process_time(), _REUSED_SECONDS[0]
                 caches[label].update(keys, values, li)
                 press.forward_hook(module, args, dict(kwargs, past_key_values=caches[label]), output)
-                seconds[label] += time.process_time() - t0
+                seconds[label] += time.process_time() - t0 + _REUSED_SECONDS[0] - r0
             return output
         return hook
 
@@ -669,7 +708,25 @@ def compress_many(model, context_ids, presses: dict) -> tuple:
             drop = getattr(press, "_drop_pre_hook", None)
             if drop is not None:
                 drop()
+        _QUANTISED[:] = [None, None, None, 0.0]      # the last layer's weights: not needed past the prefill
     return full, caches, seconds
+
+
+def answer_on_cache(pipe, cache, question_ids, context_length: int, max_new_tokens: int) -> str:
+    """kvpress's greedy ``pipe.generate_answer`` of ``question_ids`` on ``cache`` (the context
+    at positions up to ``context_length``), then the question and the answer removed from the
+    cache, as the pipeline does between questions: the cache can be answered on again or
+    compared (:func:`kept_in_cache`).
+
+    Examples
+    --------
+    >>> full, caches, _ = compress_many(model, ids, presses)                # doctest: +SKIP
+    >>> answer_on_cache(pipe, full, q_ids, ids.shape[1], 8)                 # doctest: +SKIP
+    """
+    lengths = [cache.get_seq_length(li) for li in range(len(cache))]
+    out = pipe.generate_answer(question_ids, cache, context_length, max_new_tokens)
+    pipe._remove_answer_from_cache(cache, lengths)
+    return out
 
 
 class PressedStream:
@@ -761,10 +818,7 @@ class PressedStream:
     def answer(self, pipe, question_ids, max_new_tokens: int) -> str:
         """kvpress's greedy ``generate_answer`` on the stream's cache at its true position; the
         question and the answer are removed from the cache afterwards, as the pipeline does."""
-        lengths = [self.cache.get_seq_length(li) for li in range(len(self.cache))]
-        out = pipe.generate_answer(question_ids, self.cache, self.position, max_new_tokens)
-        pipe._remove_answer_from_cache(self.cache, lengths)
-        return out
+        return answer_on_cache(pipe, self.cache, question_ids, self.position, max_new_tokens)
 
     def kept(self) -> np.ndarray:
         """Conversation positions in the cache: bool ``(layers, kv_heads, position)``."""
