@@ -94,6 +94,7 @@ import numpy as np
 
 from memopt.errors import InternalError, OptionError, ScheduleError
 from memopt.remat.model_common import (RematProblem, evaluate, finish_result, plan_from_runs, start_result)
+from memopt.remat.warm_start import Seed
 
 __all__ = ["heuristic_method", "improve_runs", "improve_by_lns"]
 
@@ -797,8 +798,6 @@ def heuristic_method(problem, *, question: str, memory_limit=None, cost_budget=N
     t0 = time.perf_counter()
     clock = remat_clock(time_limit, clock)
     p = RematProblem.of(problem, cap)
-    from memopt.remat.warm_start import Seed
-
     starts_given = list(starts)
     if not all(isinstance(s, Seed) for s in starts_given):
         raise OptionError("starts must be seeds checked by memopt.remat.warm_start.checked_initial")
