@@ -1,12 +1,14 @@
 """The counted extra FLOPs of a training-step plan and memopt's lower bound on them
-(``TrainingPlan.extra_counted_flops``, ``TrainingPlan.flop_lower_bound``), and which ops may run
-again (an attention kernel without dropout may, dropout may not). Real PyTorch steps (CPU).
+(``TrainingPlan.extra_flops``, ``TrainingPlan.lower_bound``), and which ops may run again (an
+attention kernel without dropout may, dropout may not). Real PyTorch steps (CPU).
 
-Checked: the counted FLOPs are the FLOP formulas of the ops the plan runs again; the bound
-never exceeds them, nor the counted FLOPs of any seed plan within the same limit (each is a
-plan of the realizable model); a plan that re-runs no FLOP-counted op has bound 0; an
-attention call without dropout re-run in the backward keeps the loss and every gradient
-bitwise and the measured peak equal to the modelled one.
+Checked: the graph the solver gets costs each op its FLOPs times the objective's weight, or
+its tie-break without a formula; the counted FLOPs are the FLOP formulas of the ops the plan
+runs again; the bound never exceeds them, nor the counted FLOPs of any seed plan within the
+same limit (each is a plan of the realizable model); a plan whose FLOPs meet the bound is
+``optimal``; a cost budget is a budget of counted FLOPs; an attention call without dropout
+re-run in the backward keeps the loss and every gradient bitwise and the measured peak equal
+to the modelled one.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ torch = pytest.importorskip("torch")
 
 from memopt.adapters import training  # noqa: E402
 from memopt.adapters.training import op_flop_counts  # noqa: E402
-from memopt.adapters.training_plan import BARRIER, flop_graph, realizable_graph  # noqa: E402
+from memopt.adapters.training_plan import BARRIER, FlopObjective, realizable_graph  # noqa: E402
 from memopt.adapters.training_seeds import runs_with_recomputation, seed_runs  # noqa: E402
 from memopt.remat import check_plan, plan_from_runs  # noqa: E402
 from memopt.remat.result import RematResult  # noqa: E402
@@ -60,15 +62,24 @@ def _counted(tg, graph, runs) -> int:
     return sum(flops.get(graph.op_names[v], 0) * (k - 1) for v, k in Counter(runs).items())
 
 
-def test_the_flop_graph_costs_each_op_its_flops_and_0_without_a_formula(residual):
+def test_the_solved_graph_costs_each_op_its_flops_times_the_weight_or_its_tie_break(residual):
     _, _, _, tg = residual
-    graph, _ = realizable_graph(tg)
-    fg = flop_graph(tg)
+    graph, caps = realizable_graph(tg)
+    ob = FlopObjective.of(tg, graph, caps)
+    solved = ob.graph(graph)
     flops = op_flop_counts(tg)
-    assert fg.op_names == graph.op_names and list(fg.tensor_size) == list(graph.tensor_size)
-    assert flops and any(n not in flops for n in fg.op_names)
-    for name, cost in zip(fg.op_names, fg.op_cost_exact):
-        assert cost == flops.get(name, 0), name
+    assert solved.op_names == graph.op_names and list(solved.tensor_size) == list(graph.tensor_size)
+    assert flops and any(n not in flops for n in solved.op_names)
+    assert ob.weight == ob.tie_total + 1 > 1
+    assert ob.tie_total == sum(ob.ties[n] * caps[n] for n in ob.ties)
+    elements = {o.name: o.cost for o in tg._ops}
+    for name, cost in zip(solved.op_names, solved.op_cost_exact):
+        if name == BARRIER:
+            assert cost == 0
+        elif name in flops:
+            assert cost == flops[name] * ob.weight, name
+        else:
+            assert cost == max(1, int(elements[name]).bit_length()), name
 
 
 def test_the_flop_bound_never_exceeds_the_counted_flops_of_the_plan_or_of_any_seed(residual):
@@ -84,19 +95,25 @@ def test_the_flop_bound_never_exceeds_the_counted_flops_of_the_plan_or_of_any_se
                             memory_limit=limit - graph.resident_bytes, time_limit=3, captured=tg, measure_step=False)
         assert rep.status in ("optimal", "feasible")
         runs = [graph.op_index[n] for n in rep.runs]
-        assert rep.extra_counted_flops == _counted(tg, graph, runs)
-        assert rep.flop_lower_bound is not None and 0 <= rep.flop_lower_bound <= rep.extra_counted_flops
-        assert all(rep.flop_lower_bound <= f for pk, f in seeds if pk <= limit)
-        if rep.extra_counted_flops == 0:
-            assert rep.flop_lower_bound == 0
-        assert rep.to_dict()["flop_lower_bound"] == rep.flop_lower_bound
+        assert rep.extra_flops == _counted(tg, graph, runs)
+        assert rep.reruns_without_flops == sum(k - 1 for v, k in Counter(runs).items()
+                                               if graph.op_names[v] not in op_flop_counts(tg))
+        assert rep.lower_bound is not None and 0 <= rep.lower_bound <= rep.extra_flops
+        assert all(rep.lower_bound <= f for pk, f in seeds if pk <= limit)
+        assert (rep.status == "optimal") == (rep.lower_bound == rep.extra_flops)
+        assert rep.to_dict()["lower_bound"] == rep.lower_bound
+        assert rep.to_dict()["reruns_without_flops"] == rep.reruns_without_flops
 
 
-def test_a_cost_budget_question_has_no_flop_bound(residual):
+def test_a_cost_budget_is_a_budget_of_counted_flops(residual):
     model, x, labels, tg = residual
-    rep = training.plan(model, x, torch.nn.functional.cross_entropy, targets=labels, cost_budget=0, time_limit=2,
-                        captured=tg, measure_step=False)
-    assert rep.flop_lower_bound is None and rep.extra_counted_flops is None
+    graph, caps = realizable_graph(tg)
+    for budget in (0, 40_000):
+        rep = training.plan(model, x, torch.nn.functional.cross_entropy, targets=labels, cost_budget=budget,
+                            time_limit=3, captured=tg, measure_step=False)
+        assert rep.status in ("optimal", "feasible") and rep.extra_flops <= budget
+        assert rep.extra_flops == _counted(tg, graph, [graph.op_index[n] for n in rep.runs])
+        assert rep.lower_bound is not None and rep.lower_bound <= rep.modelled_peak + graph.resident_bytes
 
 
 def test_an_attention_call_may_run_again_only_without_dropout():
@@ -120,15 +137,18 @@ def test_an_attention_run_again_in_the_backward_is_bitwise_and_measured_to_the_b
     runs = runs_with_recomputation(graph, {attention})
     names = [graph.op_names[v] for v in runs]
     assert names.count(graph.op_names[attention]) == 2 and names.index(BARRIER) < len(names) - 1
-    pk, extra = check_plan(graph, plan_from_runs(graph, names), cap=[caps[n] for n in graph.op_names])
+    pk, _ = check_plan(graph, plan_from_runs(graph, names), cap=[caps[n] for n in graph.op_names])
 
     def fixed(problem, *, question, memory_limit=None, cost_budget=None, cap, time_limit, incumbent=None, seed=0):
-        return RematResult(plan=plan_from_runs(graph, names), peak=pk, extra_cost=extra, status="feasible",
+        # the solver's graph is costed by the FLOP objective: the plan's cost is read there
+        plan = plan_from_runs(problem.graph, names)
+        cost = check_plan(problem.graph, plan, cap=list(cap))[1]
+        return RematResult(plan=plan, peak=pk, extra_cost=cost, status="feasible",
                            question=question, memory_limit=memory_limit, cap=list(cap), method="fixed")
 
     rep = training.plan(model, x, torch.nn.functional.cross_entropy, targets=labels,
                         memory_limit=pk - graph.resident_bytes, time_limit=5, captured=tg, method=fixed, seeds=False)
     assert rep.recomputed == (graph.op_names[attention],)
-    assert rep.extra_counted_flops == op_flop_counts(tg)[graph.op_names[attention]] > 0
+    assert rep.extra_flops == op_flop_counts(tg)[graph.op_names[attention]] > 0
     assert rep.peak == rep.modelled_peak
     assert_step_is_eager(rep, model, x, labels)

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import dataclasses
 import operator
+from collections import Counter
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Callable
@@ -54,7 +55,7 @@ from memopt.core import Op, Tensor, TensorGraph
 from memopt.errors import InternalError, OptionError
 from memopt.adapters.training import TrainingGraph, _torch, capture, draws_random, measure
 
-__all__ = ["plan", "TrainingPlan", "realizable_graph", "flop_graph", "BARRIER"]
+__all__ = ["plan", "TrainingPlan", "realizable_graph", "FlopObjective", "BARRIER"]
 
 #: Name of the barrier op and of its zero-byte tensor (see the module docstring).
 BARRIER = "memopt.forward_done"
@@ -101,36 +102,87 @@ def realizable_records(tg: TrainingGraph) -> tuple[list, list, dict]:
     return [*tg._tensors, Tensor(BARRIER, 0)], ops, caps
 
 
-def flop_graph(tg: TrainingGraph) -> TensorGraph:
-    """:func:`realizable_graph` with each op's cost its FLOPs (:func:`op_flop_counts`), 0 for an
-    op without a FLOP formula: a plan's extra cost on it is the plan's counted extra FLOPs, so
-    :func:`memopt.remat.lower_bounds.cost_lower_bound` on it bounds those."""
-    from memopt.adapters.training import op_flop_counts
+@dataclass(frozen=True)
+class FlopObjective:
+    """The extra cost :func:`plan` has :func:`memopt.remat` minimize: counted extra FLOPs
+    first, then the fewest re-runs of ops without a FLOP formula, in one integer.
 
-    tensors, ops, _ = realizable_records(tg)
-    flops = op_flop_counts(tg)
-    return TensorGraph.build(tensors, [dataclasses.replace(o, cost=flops.get(o.name, 0)) for o in ops],
-                             name=tg.graph.name)
+    An op with a FLOP formula (:func:`memopt.adapters.training.op_flop_counts`) costs its FLOPs
+    times ``weight`` per re-run; an op without one costs its *tie-break*, the bit length of its
+    element count (at least 1): a handful per re-run, so the search prefers fewer, smaller such
+    re-runs without trading a single FLOP for them. ``weight`` is one more than ``tie_total``,
+    the most tie-break any plan within the caps can pay, so a plan's cost ``C`` is
+    ``weight * F + T`` with ``0 <= T < weight``: the order on costs is the order on ``(F, T)``,
+    and a lower bound ``L`` on every plan's cost bounds every plan's counted FLOPs by
+    ``ceil((L - tie_total) / weight)`` (:meth:`flop_bound`). When ``weight`` times the largest
+    cost would pass 2**53 (the solvers' float guidance stops being exact there), ``weight`` is 1
+    and the bound holds all the same (the order is then FLOPs plus tie-breaks).
 
+    Example: a matrix product of 3,000 FLOPs and an element-wise op of 100 elements, each
+    allowed one re-run: tie-break 7, ``weight`` 8, costs 24,000 and 7.
 
-def _flop_bound(tg: TrainingGraph, graph, caps: dict, memory_limit: int, runs: list, clock) -> tuple:
-    """``(extra counted FLOPs of the run sequence runs, lower bound on those of every plan within
-    caps and memory_limit (bytes, resident included))``: 0 without a bound search when the plan
-    re-runs no FLOP-counted op; the bound search stops at the plan's figure (then it is optimal)."""
-    from collections import Counter
+    >>> ob = FlopObjective(flops={"mm": 3000}, ties={"relu": 7}, weight=8, tie_total=7)
+    >>> ob.cost("mm"), ob.cost("relu"), ob.flop_bound(24_000), ob.flop_bound(7)
+    (24000, 7, 3000, 0)
+    """
 
-    from memopt.adapters.training import op_flop_counts
-    from memopt.remat.lower_bounds import cost_lower_bound
+    flops: dict        # op name -> FLOPs of one run (ops with a formula)
+    ties: dict         # op name -> tie-break cost of one re-run (ops without one)
+    weight: int
+    tie_total: int
 
-    flops = op_flop_counts(tg)
-    names = graph.op_names
-    extra = sum(flops.get(names[v], 0) * (k - 1) for v, k in Counter(runs).items())
-    if extra == 0:
-        return 0, 0
-    fg = flop_graph(tg)
-    cb = cost_lower_bound(fg, memory_limit, [caps[n] for n in fg.op_names], time_limit=clock.left(), clock=clock,
-                          stop_at=extra)
-    return extra, (None if cb.value is None else min(cb.value, extra))
+    @classmethod
+    def of(cls, tg: TrainingGraph, graph: TensorGraph, caps: dict) -> "FlopObjective":
+        """The objective of the realizable ``graph`` of ``tg`` (:func:`realizable_graph`) under
+        ``caps``."""
+        from memopt.adapters.training import op_flop_counts
+
+        flops = op_flop_counts(tg)
+        elements = {o.name: o.cost for o in tg._ops}
+        ties = {n: max(1, int(elements.get(n, 0)).bit_length()) for n in graph.op_names if n not in flops}
+        tie_total = sum(ties[n] * caps.get(n, 0) for n in ties)
+        weight = tie_total + 1
+        if weight * (sum(f * caps.get(n, 0) for n, f in flops.items()) + 1) >= 2 ** 53:
+            weight = 1
+        return cls(flops=flops, ties=ties, weight=weight, tie_total=tie_total)
+
+    def cost(self, name: str) -> int:
+        """The cost of one run of op ``name`` in :meth:`graph`."""
+        return self.flops[name] * self.weight if name in self.flops else self.ties.get(name, 0)
+
+    def graph(self, graph: TensorGraph) -> TensorGraph:
+        """``graph`` with every op's cost :meth:`cost` (the barrier costs 0)."""
+        names = graph.op_names
+        tn, size = graph.tensor_names, graph.tensor_size.tolist()
+        tensors = [Tensor(tn[t], size[t], output=bool(graph.tensor_output[t]),
+                          resident=bool(graph.tensor_resident[t])) for t in range(graph.num_tensors)]
+        ops = [Op(names[v], tuple(tn[t] for t in graph.inputs_of(v).tolist()),
+                  tuple(tn[t] for t in graph.outputs_of(v).tolist()), workspace=int(graph.op_workspace[v]),
+                  cost=0 if names[v] == BARRIER else self.cost(names[v])) for v in range(graph.num_ops)]
+        return TensorGraph.build(tensors, ops, name=graph.name)
+
+    def extra_flops(self, runs) -> int:
+        """Counted extra FLOPs of a run sequence (op names): each re-run of an op with a FLOP
+        formula, once per re-run."""
+        return sum(self.flops.get(n, 0) * (k - 1) for n, k in Counter(runs).items())
+
+    def reruns_without_flops(self, runs) -> int:
+        """Re-runs of ops without a FLOP formula in a run sequence (op names)."""
+        return sum(k - 1 for n, k in Counter(runs).items() if n in self.ties)
+
+    def flop_bound(self, cost_bound) -> int | None:
+        """A lower bound on the counted extra FLOPs of every plan from a lower bound on their
+        cost (``None`` stays ``None``)."""
+        if cost_bound is None:
+            return None
+        return max(0, -(-(Fraction(cost_bound) - self.tie_total) // self.weight))
+
+    def cost_budget(self, flops: int):
+        """The cost budget whose plans are exactly those of at most ``flops`` counted extra
+        FLOPs, and whether it is exact (``weight`` 1: only a subset, the budget itself)."""
+        if self.weight == 1:
+            return flops, False
+        return flops * self.weight + self.tie_total, True
 
 
 # ----------------------------------------------------------------------------- realization
@@ -325,19 +377,19 @@ class TrainingPlan:
         The modelled peak of the captured order without recomputation (what ratios refer to).
     memory_limit, cost_budget : int or None
         The question asked (``memory_limit`` in bytes above the parameters, buffers, inputs).
-    extra_flops : int or Fraction or None
-        Cost of the recomputations (FLOPs from ``torch.utils.flop_counter``; element counts for
-        ops without a formula).
-    lower_bound : int or Fraction or None
-        memopt's lower bound on ``extra_flops`` at this memory limit (``memory_limit`` /
-        ``memory_ratio`` questions), or on the modelled peak (``cost_budget``).
-    extra_counted_flops : int or None
-        The FLOPs of the recomputations alone: ops without a FLOP formula count 0 (what
-        ``torch.utils.flop_counter`` counts over the step, less the plain step's count).
-    flop_lower_bound : int or Fraction or None
-        A lower bound on ``extra_counted_flops`` of every plan of the realizable model within
-        the memory limit (:func:`flop_graph`; 0 when this plan re-runs no FLOP-counted op).
-        ``None``: no plan, a ``cost_budget`` question, or ``realize="sac"``.
+    extra_flops : int or None
+        Counted FLOPs of the recomputations: each re-run of an op with a FLOP formula of
+        ``torch.utils.flop_counter`` (:func:`memopt.adapters.training.op_flop_counts`) adds its
+        FLOPs; ops without one count 0 (what a ``FlopCounterMode`` over the step counts, less the
+        plain step's count).
+    reruns_without_flops : int or None
+        Re-runs of ops without a FLOP formula (element-wise ops, views, normalizations' cheap
+        parts): memopt's second objective, after the FLOPs (:class:`FlopObjective`).
+    lower_bound : int or None
+        memopt's lower bound on ``extra_flops`` of every plan of the realizable model within
+        ``memory_limit`` (``memory_limit`` / ``memory_ratio`` questions), or on the modelled
+        peak of every plan within ``cost_budget`` (``cost_budget``); ``None`` when none is known
+        (``realize="sac"`` claims none).
     saved, recomputed : tuple of str
         Forward values kept for the backward (FX node names; with ``realize="sac"``, the ops
         whose results the checkpoints cache) and ops run a second time.
@@ -361,8 +413,7 @@ class TrainingPlan:
     recomputed: tuple
     runs: tuple
     seconds: float
-    extra_counted_flops: object = None
-    flop_lower_bound: object = None
+    reruns_without_flops: int | None = None
     remat: Any = field(repr=False, default=None)
     graph: Any = field(repr=False, default=None)
     capture: Any = field(repr=False, default=None)
@@ -378,7 +429,7 @@ class TrainingPlan:
         from memopt.remat.result import json_number
 
         keys = ("peak", "modelled_peak", "baseline_peak", "memory_limit", "cost_budget", "extra_flops", "lower_bound",
-                "extra_counted_flops", "flop_lower_bound")
+                "reruns_without_flops")
         doc = {"status": self.status, **{k: json_number(getattr(self, k)) for k in keys}, "seconds": self.seconds}
         doc.update(saved=list(self.saved), recomputed=list(self.recomputed), method=self.remat.method if self.remat
                    else None, ops=self.capture.graph.num_ops, resident_bytes=self.capture.graph.resident_bytes,
@@ -568,9 +619,13 @@ def plan(model, inputs, loss_fn: Callable | None = None, *, targets=(), memory_l
     memory_ratio : number, optional
         The limit as a fraction (0, 1] of :attr:`TrainingPlan.baseline_peak`.
     cost_budget : int, optional
-        Extra FLOPs allowed: minimum peak under this budget.
+        Extra counted FLOPs allowed (:attr:`TrainingPlan.extra_flops`): minimum peak under this
+        budget.
     time_limit : float
-        Seconds for :func:`memopt.remat` (capture and measurement come on top).
+        Seconds for the whole call, on one clock started on entry: the capture (unless
+        ``captured``), the measurement of the ops' library transients (once per capture:
+        :func:`measured`), the warm starts, :func:`memopt.remat` and the realization (the share
+        ``train.close`` is kept for that). Measuring the step (``measure_step``) comes on top.
     method : str
         A :func:`memopt.remat` method (default ``auto``).
     measure_step : bool
@@ -622,10 +677,11 @@ def plan(model, inputs, loss_fn: Callable | None = None, *, targets=(), memory_l
         raise OptionError(f"realize must be one of {', '.join(realizations)}, got {realize!r}")
     realizer = realizations[realize]
     t0 = time.perf_counter()
+    clock = Clock(time_limit, shares=SHARES)
     inputs = (inputs,) if isinstance(inputs, torch.Tensor) else tuple(inputs)
     targets = (targets,) if isinstance(targets, torch.Tensor) else tuple(targets)
     tg = captured if captured is not None else capture(model, inputs, loss_fn, targets=targets)
-    tg = tg.with_workspace(measure(tg).transients)
+    tg = tg.with_workspace(measured(tg).transients)
     graph, caps = realizable_graph(tg)
     if compiled:
         buffers = dict(model.named_buffers(prefix="model", remove_duplicate=False))
@@ -633,54 +689,70 @@ def plan(model, inputs, loss_fn: Callable | None = None, *, targets=(), memory_l
         reads = {n.name for n, a in zip((n for n in tg.module.graph.nodes if n.op == "placeholder"), tg.args)
                  if id(a) in mutated}
         caps.update((o.name, 0) for o in tg._ops if reads.intersection(o.inputs))
+    objective = FlopObjective.of(tg, graph, caps)
+    solved = objective.graph(graph)
     resident = graph.resident_bytes
     baseline = tg.modelled_peak()
     limit, budget = _limit(memory_limit, memory_ratio, cost_budget, baseline)
-    clock = Clock(time_limit, shares=SHARES)
+    # what is kept to hand the answer back (programs built from the plan, the report)
+    searching = clock.until(clock.end - clock.seconds("train.close"))
     # the min-cut saved sets (memopt.adapters.training_seeds) are the solver's warm starts; built
-    # on the call's clock
-    initial = with_reordered(graph, seed_runs(tg, graph, caps), clock.child("train.seed_order")) if seeds else None
+    # on the element-count costs their prices are in, and valid plans of ``solved`` (same ops)
+    initial = with_reordered(graph, seed_runs(tg, graph, caps), searching.child("train.seed_order")) if seeds \
+        else None
     if seeds and budget is None and realizer.remat_share is None:
-        # first the smaller search where only the ops without a FLOP formula re-run; its plan
-        # (a plan of the full caps too) is one more warm start of the full call
+        # first the smaller search where only the ops without a FLOP formula re-run, on their
+        # element counts (a finer guide than the tie-breaks); its plan is one more warm start
         cheap = cheap_caps(tg, graph, caps)
         first = memopt.remat(graph, memory_limit=limit + resident, cap=cheap,
-                             time_limit=clock.seconds("train.cheap_first"), method=method, seed=seed,
+                             time_limit=searching.seconds("train.cheap_first"), method=method, seed=seed,
                              initial=[r for r in initial if within(graph, r, cheap)])
         if first.plan is not None and first.status in ("optimal", "feasible"):
-            initial.append(first.plan)
-    seconds = clock.left() if realizer.remat_share is None else clock.seconds(realizer.remat_share)
-    flop_bound = budget is None and realizer.remat_share is None
-    if flop_bound:
-        # the bound on counted extra FLOPs runs after the call, in the time kept here
-        seconds -= clock.seconds("train.flop_bound")
+            initial.append(first.plan.runs().tolist())
+    seconds = searching.left() if realizer.remat_share is None else searching.seconds(realizer.remat_share)
     if budget is not None:
-        res = memopt.remat(graph, cost_budget=budget, cap=caps, time_limit=seconds, method=method, seed=seed,
-                           initial=initial)
-        lower = None if res.lower_bound is None else res.lower_bound - resident
-    else:
-        res = memopt.remat(graph, memory_limit=limit + resident, cap=caps, time_limit=seconds, method=method,
+        cost_budget_of, exact = objective.cost_budget(budget)
+        res = memopt.remat(solved, cost_budget=cost_budget_of, cap=caps, time_limit=seconds, method=method,
                            seed=seed, initial=initial)
-        lower = res.cost_lower_bound
+        lower = None if res.lower_bound is None or not exact else res.lower_bound - resident
+    else:
+        res = memopt.remat(solved, memory_limit=limit + resident, cap=caps, time_limit=seconds, method=method,
+                           seed=seed, initial=initial)
+        lower = objective.flop_bound(res.cost_lower_bound)
     user = [i for x in inputs + targets for i, a in enumerate(tg.args) if a is x][:len(inputs + targets)]
     common = dict(baseline_peak=baseline, memory_limit=limit, cost_budget=budget, lower_bound=lower, remat=res,
                   graph=graph, capture=tg, realize=realize, _model=model, _user_positions=tuple(user),
                   _loss_fn=loss_fn, _n_inputs=len(inputs))
     question = _Question(tg=tg, graph=graph, caps=caps, remat=res, limit=limit, budget=budget, model=model,
-                         inputs=inputs, loss_fn=loss_fn, targets=targets, blocks=blocks, clock=clock)
+                         inputs=inputs, loss_fn=loss_fn, targets=targets, blocks=blocks, clock=searching)
     got = realizer.realize(question) or {"status": res.status}
     common.update(got.pop("common", {}))
-    if flop_bound and got.get("runs"):
-        runs = [graph.op_index[n] for n in got["runs"]]
-        common["extra_counted_flops"], common["flop_lower_bound"] = _flop_bound(
-            tg, graph, caps, limit + resident, runs, clock.part(1.0))
     if got.get("_programs") is None:
         return TrainingPlan(status=got["status"], modelled_peak=None, peak=None, extra_flops=None, saved=(),
                             recomputed=(), runs=(), seconds=time.perf_counter() - t0, **common)
+    runs = got["runs"]
+    got.update(extra_flops=objective.extra_flops(runs), reruns_without_flops=objective.reruns_without_flops(runs))
+    if budget is None and common["lower_bound"] is not None:
+        # the FLOP question is answered when the plan's FLOPs meet the bound, whatever the
+        # tie-breaks; a cost-optimal plan under weight 1 may not be FLOP-optimal
+        if got["extra_flops"] <= common["lower_bound"]:
+            got["status"] = "optimal"
+        elif got["status"] == "optimal":
+            got["status"] = "feasible"
     rep = TrainingPlan(**got, seconds=time.perf_counter() - t0, **common)
     if measure_step:
         rep = dataclasses.replace(rep, peak=rep.measure())
     return rep
+
+
+def measured(tg: TrainingGraph):
+    """:func:`memopt.adapters.training.measure` of a capture, made once per capture and kept on
+    it: several :func:`plan` calls on one ``captured`` step measure its transients once."""
+    m = tg.__dict__.get("_measured")
+    if m is None:
+        m = measure(tg)
+        object.__setattr__(tg, "_measured", m)
+    return m
 
 
 # ----------------------------------------------------------------------------- realizations
