@@ -732,9 +732,10 @@ def plan(model, inputs, loss_fn: Callable | None = None, *, targets=(), memory_l
                             recomputed=(), runs=(), seconds=time.perf_counter() - t0, **common)
     runs = got["runs"]
     got.update(extra_flops=objective.extra_flops(runs), reruns_without_flops=objective.reruns_without_flops(runs))
-    if budget is None and common["lower_bound"] is not None:
-        # the FLOP question is answered when the plan's FLOPs meet the bound, whatever the
-        # tie-breaks; a cost-optimal plan under weight 1 may not be FLOP-optimal
+    if budget is None and common["lower_bound"] is not None and got["status"] in ("optimal", "feasible"):
+        # a plan within the limit answers the FLOP question when its FLOPs meet the bound,
+        # whatever the tie-breaks; a cost-optimal plan under weight 1 may not be FLOP-optimal
+        # (an ``unknown`` answer's best plan is above the limit and stays unknown)
         if got["extra_flops"] <= common["lower_bound"]:
             got["status"] = "optimal"
         elif got["status"] == "optimal":
