@@ -534,3 +534,45 @@ def test_hinted_trap_oracle_answers_as_the_plain_one(args):
     for limit in (top - 1 - below, top - 1, top, top + 1):
         assert _forward_trap_above(dag, limit, float("inf"), hints, g.num_ops) == forward_trap_exceeds(dag, limit)
         assert all(0 <= v < g.num_ops for v in hints)
+
+
+def _first_run_reference(graph: TensorGraph, caps) -> tuple[int, int | None, tuple]:
+    """The first-run term, op by op from its definition: at the first run of ``v`` its inputs,
+    its outputs, its workspace and every fixed tensor (a graph input, or made by an op of cap
+    0) made strictly before ``v`` and read at or after it (or a graph output) are live."""
+    n, T = graph.num_ops, graph.num_tensors
+    size, prod = graph.tensor_size.tolist(), graph.tensor_producer.tolist()
+    res, out = graph.tensor_resident.tolist(), graph.tensor_output.tolist()
+    reach = [{v} for v in range(n)]
+    edges = list(zip(*(x.tolist() for x in graph.op_edges())))
+    for v in reversed(graph.topological_order().tolist()):
+        for a, b in edges:
+            if a == v:
+                reach[v] |= reach[b]
+    fixed = [t for t in range(T) if not res[t] and (prod[t] < 0 or caps[prod[t]] == 0)]
+    best = (None, None, ())
+    for v in range(n):
+        live = {int(t) for t in graph.inputs_of(v) if not res[int(t)]}
+        for t in fixed:
+            made_before = prod[t] < 0 or (prod[t] != v and v in reach[prod[t]])
+            needed = out[t] or any(int(c) in reach[v] for c in graph.consumers_of(t))
+            if made_before and needed:
+                live.add(t)
+        val = (graph.resident_bytes + sum(size[t] for t in live) + sum(size[int(t)] for t in graph.outputs_of(v))
+               + int(graph.op_workspace[v]))
+        if best[0] is None or val > best[0]:
+            best = (val, v, tuple(sorted(live)))
+    return best
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 14))
+def test_the_first_run_term_equals_its_definition_op_by_op(seed, n_ops):
+    rng = np.random.default_rng(seed)
+    g = random_tensor_graph(rng, n_ops)
+    caps = rng.integers(0, 2, g.num_ops).tolist()
+    val, v, live = _first_run_reference(g, caps)
+    b = peak_lower_bound_details(g, caps, trap=False)
+    assert b.value >= val
+    if b.kind == "first_run":
+        assert (b.value, b.op, b.tensors) == (val, v, live)
