@@ -483,3 +483,36 @@ def test_per_layer_budget_errors():
         simulate_kv(tr, "h2o", [1, -1])
     with pytest.raises(OptionError, match="sharing"):
         simulate_kv(tr, "h2o", 2, share="model")
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(2, 12), st.sampled_from(["rmm", "h2o", *sorted(KV_POLICIES)]), st.data())
+def test_a_block_of_rows_is_observed_as_row_by_row(seed, T, policy, data):
+    """KVPolicy.observe_block (the prefill presses' fast path) leaves the policy in the state
+    observe row by row leaves it in, and returns the same evictions, for any block, policy,
+    prefill, lag and weighting (it sums the block only where that is the same)."""
+    from memopt.cache.kv_policies import KVPolicy
+
+    rng = np.random.default_rng(seed)
+    K = int(rng.integers(1, 3))
+    rows = rng.integers(0, 50, size=(K, T, T)).astype(np.int64)   # entries past each row's step are noise
+    correct = rng.random(T) < 0.7
+    B = data.draw(st.integers(1, T))
+    # a prefill press's case (prefill T, the block up to the last rows) half the time
+    kw = dict(steps=T, layers=1, kv_heads=K, budget=B, prefill=data.draw(st.one_of(st.just(T), st.integers(0, T))))
+    lag = 0
+    if policy == "rmm":
+        lag = data.draw(st.integers(0, 3))
+        kw.update(lag=lag, weighting=data.draw(st.sampled_from(["correct", "uniform"])))
+    if policy == "snapkv":
+        kw.update(window=min(B, 2))
+    one, block = KVPolicy(policy, **kw), KVPolicy(policy, **kw)
+    cut = data.draw(st.one_of(st.just(max(0, min(T, kw["prefill"] + lag - 1))), st.integers(0, T)))
+    got_one = [one.observe(rows[:, t, :t + 1], bool(correct[t])) for t in range(T)]
+    got_block = [block.observe_block(rows[:, :cut, :], correct[:cut])]
+    got_block += [block.observe(rows[:, t, :t + 1], bool(correct[t])) for t in range(cut, T)]
+    flat = lambda calls: [(d, h.tolist(), p.tolist()) for call in calls for d, h, p in call]  # noqa: E731
+    assert flat(got_one) + flat([one.finish()]) == flat(got_block) + flat([block.finish()])
+    assert np.array_equal(one.last_step, block.last_step) and np.array_equal(one.cached, block.cached)
+    if policy in ("h2o", "rmm"):
+        assert np.array_equal(one.score, block.score)

@@ -315,7 +315,15 @@ def _build() -> None:
                                   budget=n_kept - h, prefill=n - h)
             ok = self._correct is not None and first == 0 and len(self._correct) == n
             correct = self._correct if ok else np.ones(n, bool)      # a carried cache: uniform rows
-            for t in range(n):
+            # the rows whose decisions all come before the prefill, as one block (their scores
+            # are sums: KVPolicy.observe_block); the last ones row by row
+            m = max(0, min(n, pol.prefill + pol.lag - 1))
+            if m:
+                block = np.zeros((kv, m, n), dtype=np.int64)
+                if m > first:
+                    block[:, first:m, :] = A[:, :m - first, :n]
+                pol.observe_block(block, correct[:m])
+            for t in range(m, n):
                 row = A[:, t - first, :t + 1] if t >= first else np.zeros((kv, t + 1), dtype=np.int64)
                 pol.observe(row, bool(correct[t]))
             held = pol.last_step[:, :n] == pol.steps - 1
