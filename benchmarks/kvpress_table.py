@@ -675,8 +675,8 @@ def run_stream(args, model, tok, pipe, emit=print, on_record=None) -> tuple:
                     if press is None:
                         stream.feed(torch.tensor([ids]))
                         continue
-                    if hasattr(press, "window_size"):     # SnapKV's window: inside the turn's queries
-                        press.window_size = max(1, min(64, len(ids) // 2))
+                    if hasattr(press, "window_size"):
+                        press.window_size = snapkv_window(len(ids), budgets[k])
                     stream.feed(torch.tensor([ids]), n_kept=budgets[k])
                 if key[1] == "oracle" and got_all != press.retained:
                     raise RuntimeError(f"the stream oracle's cache retains {got_all}, its optimum is {press.retained}")
@@ -692,6 +692,23 @@ def run_stream(args, model, tok, pipe, emit=print, on_record=None) -> tuple:
     rows, full, shared, lengths = stream_rows(records)
     emit(table({"rows": rows, "full_cache": {"stream": full}, "prompt_tokens": {"stream": lengths}}))
     return rows, full, shared, lengths, records
+
+
+def snapkv_window(turn: int, n_kept: int) -> int:
+    """SnapKV's observation window for a streamed turn of ``turn`` tokens compressed to
+    ``n_kept`` slots: at most 64, inside the turn's queries (at most half of them) and at most
+    half the budget. SnapKV keeps its window unconditionally, so a window as large as the
+    budget keeps nothing else: the 18-token system prompt compressed to 9 slots with a window
+    of 9 kept its last 9 tokens and lost the attention sink (position 0, about 40 % of the
+    question turns' attention in SmolLM2-135M) for the whole conversation. The cap is the one
+    ``PolicyPress`` puts on ``rmm``'s staging buffer.
+
+    Examples
+    --------
+    >>> snapkv_window(18, 9), snapkv_window(31, 400), snapkv_window(500, 1000)
+    (4, 15, 64)
+    """
+    return max(1, min(64, turn // 2, n_kept // 2))
 
 
 def stream_rows(records: list) -> tuple:

@@ -125,3 +125,48 @@ def test_the_stream_oracle_retains_at_least_every_press(tiny, ratio):
     for label, make in sorted(presses().items()):
         got = _stream_retained(model, chunks, make(0.0), budgets)
         assert got <= oracle.retained, label
+
+
+# --- SnapKV's observation window in the benchmark's stream --------------------------------------
+
+def _benchmark():
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "kvpress_table.py"
+    spec = importlib.util.spec_from_file_location("kvpress_table", path)
+    kt = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(kt)
+    return kt
+
+
+def test_a_snapkv_window_as_large_as_the_budget_keeps_only_the_window(tiny):
+    """SnapKV keeps its window unconditionally: a first chunk compressed to its window's size
+    loses every earlier position, position 0 (the attention sink) included, for good."""
+    model, _, _, chunks = tiny
+    ids = chunks[0]
+    n_kept = len(ids) // 2
+    stream = PressedStream(model, SnapKVPress(0.0, window_size=n_kept))
+    stream.feed(torch.tensor([ids]), n_kept=n_kept)
+    kept = stream.kept()
+    assert kept[:, :, len(ids) - n_kept:].all() and not kept[:, :, :len(ids) - n_kept].any()
+
+
+def test_the_benchmark_leaves_snapkv_half_of_every_turns_budget_to_score(tmp_path, monkeypatch):
+    kt = _benchmark()
+    real, seen = PressedStream.feed, []
+
+    def spy(self, ids, n_kept=None):
+        window = getattr(self.press, "window_size", None)
+        real(self, ids, n_kept)
+        if window is not None and n_kept is not None:
+            seen.append((getattr(self.press, "window_size"), n_kept, int(ids.shape[1]), self.kept()))
+    monkeypatch.setattr(PressedStream, "feed", spy)
+    out = tmp_path / "snap.json"
+    assert kt.main(["--tiny", "--stream", "--tasks", "", "--tokens", "1200", "--ratios", "0.5,0.75",
+                    "--presses", "snapkv", "--samples", "1", "--keep-all", "--json", str(out)]) == 0
+    assert seen
+    for window, n_kept, q, kept in seen:
+        assert 1 <= window <= max(1, n_kept // 2) and window <= max(1, q // 2)
+        # at least half the budget is chosen by score, not by the window
+        position = kept.shape[2]
+        assert (kept[:, :, :position - window].sum(axis=2) >= n_kept - window).all()
