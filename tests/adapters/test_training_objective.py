@@ -103,13 +103,12 @@ def test_with_weight_one_the_bound_still_never_exceeds_the_fewest_flops(seed):
 def test_the_weight_falls_back_to_one_where_costs_would_pass_2_to_the_53(monkeypatch):
     import memopt.adapters.training as training
 
-    class _Capture:   # what FlopObjective.of reads of a capture besides its FLOP counts: element counts
-        _ops = (Op("big", (), ("a",), cost=5), Op("relu", ("a",), ("b",), cost=100))
-
-    g = TensorGraph.build([Tensor("a", 4), Tensor("b", 4, output=True)], list(_Capture._ops))
+    # the graph's costs are its element counts; a capture is read only for its FLOP counts
+    g = TensorGraph.build([Tensor("a", 4), Tensor("b", 4, output=True)],
+                          [Op("big", (), ("a",), cost=5), Op("relu", ("a",), ("b",), cost=100)])
     monkeypatch.setattr(training, "op_flop_counts", lambda tg: {"big": 2 ** 50})
-    ob = FlopObjective.of(_Capture, g, {"big": 1, "relu": 1})
+    ob = FlopObjective.of(None, g, {"big": 1, "relu": 1})
     assert (ob.weight, ob.ties, ob.tie_total) == (1, {"relu": 7}, 7)
     monkeypatch.setattr(training, "op_flop_counts", lambda tg: {"big": 2 ** 20})
-    ob = FlopObjective.of(_Capture, g, {"big": 1, "relu": 1})
+    ob = FlopObjective.of(None, g, {"big": 1, "relu": 1})
     assert (ob.weight, ob.cost("big"), ob.cost("relu")) == (8, 8 * 2 ** 20, 7)

@@ -138,8 +138,8 @@ class FlopObjective:
         from memopt.adapters.training import op_flop_counts
 
         flops = op_flop_counts(tg)
-        elements = {o.name: o.cost for o in tg._ops}
-        ties = {n: max(1, int(elements.get(n, 0)).bit_length()) for n in graph.op_names if n not in flops}
+        # the realizable graph's costs: element counts where there is no FLOP formula
+        ties = {n: max(1, int(c).bit_length()) for n, c in zip(graph.op_names, graph.op_cost_exact) if n not in flops}
         tie_total = sum(ties[n] * caps.get(n, 0) for n in ties)
         weight = tie_total + 1
         if weight * (sum(f * caps.get(n, 0) for n, f in flops.items()) + 1) >= 2 ** 53:

@@ -166,15 +166,6 @@ def _mask_bits(mask: int, n: int) -> np.ndarray:
     return np.unpackbits(raw, bitorder="little")[:n].astype(bool)
 
 
-def _forced_empty(t: int, v: int, producer, output, desc, graph) -> bool:
-    """The first-run rule for a size-0 fixed tensor ``t`` at op ``v`` (it adds no bytes; kept
-    in the witness as the rule names it)."""
-    p = producer[t]
-    if p == v or (p >= 0 and not (desc[p] >> v) & 1):
-        return False
-    return bool(output[t]) or any((desc[v] >> int(c)) & 1 for c in graph.consumers_of(t).tolist())
-
-
 def peak_lower_bound_details(graph: TensorGraph, cap=1, *, trap: bool = True, trap_time_limit: float = 2.0,
                              cost_budget=None) -> PeakBound:
     """The strongest of the bounds of the module docstring, with its witness.
@@ -221,9 +212,8 @@ def peak_lower_bound_details(graph: TensorGraph, cap=1, *, trap: bool = True, tr
             need = 0
             for c in graph.consumers_of(t).tolist():
                 need |= anc[c]
-        m = after & need
+        live_at[t] = m = after & need
         if m and size[t]:
-            live_at[t] = m
             held[_mask_bits(m, n)] += size[t]
     ws = graph.op_workspace
     best_v, best_val = None, best.value
@@ -235,8 +225,7 @@ def peak_lower_bound_details(graph: TensorGraph, cap=1, *, trap: bool = True, tr
     if best_v is not None:
         v = best_v
         forced = {int(t) for t in graph.inputs_of(v) if not resident[int(t)]}
-        forced |= {t for t in fixed if (live_at.get(t, 0) >> v) & 1}
-        forced |= {t for t in fixed if size[t] == 0 and _forced_empty(t, v, producer, output, desc, graph)}
+        forced |= {t for t in fixed if (live_at[t] >> v) & 1}
         best = PeakBound(best_val, "first_run", v, tuple(sorted(forced)))
     if trap and caps is not None and all(k == 0 for k in caps):
         from memopt.bounds import best_bound
