@@ -34,7 +34,8 @@ from memopt.remat.lower_bounds import (
     relaxed_graph,
 )
 from memopt.remat.plan import FREE, RUN, RematPlan
-from memopt.remat.trap_cuts import (CUT_SCALE_ABOVE, TrapCut, budget_peak_bound, cut_met, scaled_row, trap_cuts,
+from memopt.remat.trap_cuts import (CUT_SCALE_ABOVE, TrapCut, budget_peak_bound, cut_met, last_run_cuts, scaled_row,
+                                   trap_cuts,
                                    uncovered_bytes)
 from memopt.schedule.brute_force import random_tensor_graph
 
@@ -591,3 +592,122 @@ def test_on_mobilenet_at_0_8_the_rows_give_the_optimum():
     traps = _traps(g)
     assert int(traps.max()) == 34701056000
     _assert_pointwise(g, res.plan, uncovered_bytes(g, range(g.num_ops)), traps)
+
+
+# ---------------------------------------------------------------------------- 6. rows of the last-run traps (Theorem 7F)
+
+
+def _proper_ancestors(g: TensorGraph) -> list[set]:
+    anc = [set() for _ in range(g.num_ops)]
+    for v in g.topological_order().tolist():
+        for t in g.inputs_of(v).tolist():
+            p = int(g.tensor_producer[t])
+            if p >= 0:
+                anc[v] |= anc[p] | {p}
+    return anc
+
+
+def _last_run_coefficient(g: TensorGraph, anc, base: set, v: int, w: int, last_of_base: bool) -> int:
+    """``C_w(e)`` of Theorem 7F from its definition, for the event ``e`` of op ``v``
+    (``last_of_base``: the last run of an op of ``S_0``)."""
+    if w in base or w == v or (not last_of_base and v in anc[w]):
+        return 0
+    reads = set(g.inputs_of(v).tolist())
+    total = 0
+    for t in g.outputs_of(w).tolist():
+        if g.tensor_resident[t] or g.tensor_size[t] <= 0 or t in reads:
+            continue
+        if g.tensor_output[t] or any(c not in anc[v] or c in base for c in g.consumers_of(t).tolist()):
+            total += int(g.tensor_size[t])
+    return total
+
+
+def _events(g: TensorGraph, base) -> list[tuple[int, bool, int]]:
+    """``(op, first, trap)`` of every event of the last-run traps of ``base`` (first runs too)."""
+    from memopt.remat.last_runs import _runner
+
+    r = _runner(g, sorted(base), True)
+    vals = r.run(np.arange(r.events.shape[0]), -1)
+    return [(int(r.events[i, 1]), i >= g.num_ops, int(vals[i])) for i in range(r.events.shape[0])]
+
+
+def _run_steps(plan) -> tuple[dict, dict]:
+    first, last = {}, {}
+    for i, (k, v) in enumerate(zip(plan.kind.tolist(), plan.index.tolist())):
+        if k == RUN:
+            first.setdefault(v, i)
+            last[v] = i
+    return first, last
+
+
+@SETTINGS
+@given(GRAPHS)
+def test_memory_at_each_event_is_at_least_the_last_run_trap_minus_what_the_reruns_uncover(args):
+    """Theorem 7F pointwise: on every plan (exhaustive optima at several limits, random plans
+    that re-run anything any number of times) and a random ``S_0``, the memory at the step of
+    each event of the last-run traps of ``S_0`` (the first run of ``v`` for a first-run node
+    and for an op outside ``S_0``; the last run of an op of ``S_0``) is at least its trap minus
+    ``C_w(e)`` over the plan's re-run ops outside ``S_0``. A coefficient too small fails here,
+    at every limit at once."""
+    seed, n, k, pick, kind = args
+    g = _graph(seed, n, kind)
+    anc = _proper_ancestors(g)
+    base = {v for v in range(g.num_ops) if pick >> v & 1}
+    events = _events(g, base)
+    _, plans = _plans(g, k, seed)
+    for plan in plans:
+        ev = evaluate_plan(g, plan)
+        first, last = _run_steps(plan)
+        rr = rerun_set(plan) - base
+        for v, is_first, trap in events:
+            last_of_base = not is_first and v in base
+            step = last[v] if last_of_base else first[v]
+            uncovered = sum(_last_run_coefficient(g, anc, base, v, w, last_of_base) for w in rr)
+            mem = int(ev.profile[step + 1])
+            assert mem >= trap - uncovered, (v, is_first, mem, trap, uncovered, sorted(base), plan.to_doc(g))
+
+
+@SETTINGS
+@given(st.tuples(st.integers(0, 2**32 - 1), st.integers(1, 7), st.integers(0, 3**7 - 1), st.integers(0, 2**20),
+                 KINDS))
+def test_every_plan_within_the_limit_meets_every_last_run_row(args):
+    """The rows of ``last_run_cuts`` are the definition (one per event above the limit, each
+    coefficient ``min(C_w(e), need)`` over the ops with cap > 0 outside ``S_0``), and the
+    exhaustive optimum at each limit (per-op caps 0-2) meets every row at that limit and above;
+    a row that no op may meet appears only below the least peak."""
+    seed, n, capcode, pick, kind = args
+    g = _graph(seed, n, kind)
+    N = g.num_ops
+    caps = [capcode // 3**v % 3 for v in range(N)]
+    base = {v for v in range(N) if pick >> v & 1}
+    anc = _proper_ancestors(g)
+    events = _events(g, base)
+    least, _, _ = bf.min_peak(g, BIG, caps)
+    limits = sorted({least - 1, least, least + 1} | {t - 1 for _, _, t in events if t > least})
+    rows = {}
+    for M in limits:
+        cuts = last_run_cuts(g, M, caps, base=sorted(base))
+        expect = []
+        for v, is_first, trap in events:
+            if trap > M:
+                need = trap - M
+                coef = [(w, min(_last_run_coefficient(g, anc, base, v, w, not is_first and v in base), need))
+                        for w in range(N) if caps[w] > 0]
+                expect.append((v, "first run" if is_first else "last run", need,
+                               [(w, b) for w, b in coef if b > 0]))
+        assert [(c.op, c.kind, c.need, list(zip(c.ops, c.bytes))) for c in cuts] == expect
+        assert all(c.base == tuple(sorted(base)) for c in cuts)
+        rows[M] = cuts
+    may = {v for v in range(N) if caps[v] > 0}
+    for M in limits:
+        _, plan = bf.min_extra_cost(g, M, caps)
+        if plan is None:
+            assert M < least
+            continue
+        for L, cuts in rows.items():
+            if L >= M:
+                for c in cuts:
+                    assert cut_met(c, rerun_set(plan)), (M, L, c, plan.to_doc(g))
+    for L, cuts in rows.items():
+        if any(not cut_met(c, may) for c in cuts):
+            assert L < least

@@ -70,7 +70,7 @@ from memopt.core.closure import max_flow_value, picard_network
 from memopt.core.tensor_graph import TensorGraph
 from memopt.errors import OptionError
 
-__all__ = ["last_run_trap", "last_run_trap_bound", "last_run_trap_exceeds"]
+__all__ = ["last_run_trap", "last_run_trap_bound", "last_run_trap_exceeds", "last_run_traps_above"]
 
 #: ops whose last-run trap decided a question lately, tried first
 HINTS = 4
@@ -337,3 +337,31 @@ def last_run_trap_exceeds(graph: TensorGraph, rerun, limit: int, *, deadline: fl
             remember_hint(hints, (int(r.events[i, 1]), bool(i >= st.n)), HINTS)
             return True
     return False
+
+
+def last_run_traps_above(graph: TensorGraph, rerun, limit: int, *, deadline: float = float("inf"),
+                         first_runs: bool = True) -> list[tuple[int, bool, int]]:
+    """``(op, first, value)`` for every event whose trap exceeds ``limit`` (``first``: the
+    first-run node of an op of ``rerun``; else the op's last run, its only run if the op is not
+    in ``rerun``), in the order of the events. Events whose upper estimate is at most ``limit``
+    get no cut. At the deadline the events not reached yet are left out (each value returned is
+    a trap still). The trap cuts of last runs (:func:`memopt.remat.trap_cuts.last_run_cuts`)
+    take these as their right-hand sides."""
+    st = _static(graph)
+    limit = int(limit)
+    if st.n == 0 or limit < 0:
+        return []
+    r = _runner(graph, rerun, first_runs)
+    out = []
+    pos, total = 0, r.events.shape[0]
+    while pos < total and time.perf_counter() <= deadline:
+        chunk = np.arange(pos, min(total, pos + CHUNK))
+        vals = r.run(chunk, limit)
+        above = np.flatnonzero(vals > limit)
+        if not above.size:
+            pos = int(chunk[-1]) + 1
+            continue
+        i = int(chunk[int(above[0])])    # the kernel stops after the first trap above the limit
+        out.append((int(r.events[i, 1]), i >= st.n, int(vals[int(above[0])])))
+        pos = i + 1
+    return out

@@ -45,6 +45,9 @@ Before the first core, the **trap cuts** of :mod:`memopt.remat.trap_cuts` (§7):
 whose forward trap exceeds the limit, the bytes the re-run ops must together take off it, a
 knapsack row that every later hitting set meets too (a core learns such a row one excluded
 combination at a time; on the Checkmate training graphs at 0.8 the rows alone are exact).
+Once the last-run traps take part, the rows of those traps (§7F) at each grown set and at its
+cheap ops: where a cheap re-run must hold its inputs (the ViT training step), they say how
+many bytes the dear ops must take off.
 
 Two further strengthenings act once that scheme reaches its fixpoint (``G_H`` fits, ``H`` the
 cheapest hitting set): the oracle also takes the least-peak bound that memopt's scheduler
@@ -639,6 +642,12 @@ def _forward_trap_above(dag, limit: int, deadline: float, hints: list, num_ops: 
 # the shares of cost_lower_bound's time (the trap cuts first, G_S^+ joining, one pair or
 # scheduler question) are the ``bound.*`` entries of memopt.time_shares.SHARES
 
+#: the rows of Theorem 7F are sought at a grown set ``S`` and at its ops that cost at most
+#: 1/ROW_BASE_RATIO of the cheapest op of its core: a row at ``S`` weighs only the core's ops, and
+#: one at those cheap ops weighs every dearer op too (ViT training step at 33.5 MB: from 136 M
+#: FLOPs in 30 s with the rows at ``S`` alone to 326 M, the best plan's, at once)
+ROW_BASE_RATIO = 16
+
 #: other hitting sets the solver found on its way whose cores are sought before the next solve
 POOL_CORES = 6   # random_layered_n250, 60 s, 2026-12-01: 870 without, 909 with 2, 932 with 6
 
@@ -909,6 +918,10 @@ def cost_lower_bound(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit
     the rows at ``S_0 = H`` for every set ``H`` whose core is sought (the hitting sets and the
     solver's other sets) while the forward trap of ``G_H`` is above the limit: a row that
     excludes ``H`` and, unlike its core, says how many bytes the other re-runs must uncover.
+    With ``last_runs``, once the last-run traps are asked: the rows of
+    :func:`memopt.remat.trap_cuts.last_run_cuts` (Theorem 7F) at each grown set ``S`` whose
+    core is recorded and at the ops of ``S`` costing at most ``1/ROW_BASE_RATIO`` of the
+    cheapest op of its core (each base once).
 
     ``cancel``: a function asked before each oracle question and each hitting set; once it
     returns true the bound stops as at the time limit (the best value proved so far, the cores
@@ -1042,9 +1055,11 @@ def cost_lower_bound(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit
             minimal[:] = [c for c in minimal if not new <= c] + [new]
         return core
 
+    from memopt.remat.trap_cuts import last_run_cuts as make_last_cuts
     from memopt.remat.trap_cuts import trap_cuts as make_cuts
 
     row_keys: set = set()
+    row_bases: set = set()     # the sets S_0 whose last-run rows were sought
 
     def keep_rows(new) -> None:
         """Add the rows of ``new`` not in ``cuts`` yet (the same row from another ``S_0``)."""
@@ -1061,6 +1076,23 @@ def cost_lower_bound(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit
         (``proofs/remat_cost_bounds.md`` §7)."""
         if trap_cuts and S:
             keep_rows(make_cuts(graph, M, caps, base=S, deadline=min(deadline, time.perf_counter() + SET_ROWS_SECONDS)))
+
+    def core_of(S) -> tuple:
+        """The core of a grown set ``S`` and, once the last-run traps are asked, the rows of
+        Theorem 7F at ``S_0 = S``: the core says some op outside ``S`` re-runs, the rows how
+        many bytes those re-runs must take off each last-run trap of ``S`` above the limit (the
+        cheap ops the growth put into ``S`` get no coefficient: where their re-runs hold their
+        inputs, as in the ViT training step, the core's combinations are excluded by the bytes)."""
+        if trap_cuts and last_runs and level[0] >= 1:
+            core = [v for v in rerun if v not in S]
+            least = min((Fraction(costs[v]) for v in core), default=None)
+            cheap = frozenset(v for v in S if least is None or Fraction(costs[v]) * ROW_BASE_RATIO <= least)
+            for base in (frozenset(S), cheap):
+                if base and base not in row_bases and time.perf_counter() < deadline:
+                    row_bases.add(base)
+                    keep_rows(make_last_cuts(graph, M, caps, base=sorted(base),
+                                             deadline=min(deadline, time.perf_counter() + SET_ROWS_SECONDS)))
+        return add_core(S)
 
     H: tuple = ()
     value = Fraction(0)
@@ -1087,7 +1119,7 @@ def cost_lower_bound(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit
         while time.perf_counter() < deadline:
             if not fits(H):
                 rows_at(H)
-                core = add_core(grow(set(H), over_in_growth))
+                core = core_of(grow(set(H), over_in_growth))
             elif spikes and H and spike_over(H, H):
                 # every plan re-running only H's ops fits G_H, but not if it re-runs all of them
                 S = grow(set(H), lambda S_: spike_over(S_, H))
@@ -1124,7 +1156,7 @@ def cost_lower_bound(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit
             for other in [h for h in dict.fromkeys(reversed(found)) if h != hs and level[0] <= 1][:POOL_CORES]:
                 if time.perf_counter() < deadline and over_in_growth(other):
                     rows_at(other)
-                    add_core(grow(set(other), over_in_growth))
+                    core_of(grow(set(other), over_in_growth))
         return result(value, cores, H, ended="deadline")
     except _Cancelled:
         return result(value, cores, H, ended="deadline")

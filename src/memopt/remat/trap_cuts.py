@@ -68,7 +68,7 @@ from memopt.clock import solve_by
 from memopt.core.tensor_graph import TensorGraph
 from memopt.remat.plan import resolve_caps
 
-__all__ = ["TrapCut", "trap_cuts", "uncovered_bytes", "cut_met", "restrict_cuts", "budget_peak_bound", "scaled_row",
+__all__ = ["TrapCut", "trap_cuts", "last_run_cuts", "uncovered_bytes", "cut_met", "restrict_cuts", "budget_peak_bound", "scaled_row",
            "add_row", "CUT_SCALE_ABOVE"]
 
 #: a trap cut's bytes above this are scaled down for the CP-SAT models that take it
@@ -85,6 +85,9 @@ class TrapCut(NamedTuple):
     ops: tuple
     bytes: tuple
     base: tuple = ()
+    #: the trap it comes from: ``"forward"`` (the first run of ``op`` in ``G_base``, Theorem 7),
+    #: ``"last run"`` or ``"first run"`` (an event of the last-run trap of ``base``, Theorem 7F)
+    kind: str = "forward"
 
 
 def _reader_masks(graph: TensorGraph, anc: np.ndarray, tensors: np.ndarray) -> np.ndarray:
@@ -165,6 +168,66 @@ def trap_cuts(graph: TensorGraph, memory_limit: int, cap=1, *, base=(), deadline
         cuts.append(TrapCut(v, need, tuple(ops.tolist()), tuple(min(int(b), need) for b in a[ops].tolist()), base))
         if time.perf_counter() > deadline:
             break
+    return cuts
+
+
+def last_run_cuts(graph: TensorGraph, memory_limit: int, cap=1, *, base=(),
+                  deadline: float = float("inf")) -> list[TrapCut]:
+    """The trap cuts of the last-run traps of ``base`` (``proofs/remat_cost_bounds.md`` §7,
+    Theorem 7F): one row per event ``e`` of :mod:`memopt.remat.last_runs` (first and last runs,
+    ``S = base``) whose trap ``L(e)`` exceeds the limit. Every valid plan ``P`` within the limit
+    re-runs ops ``w`` outside ``base`` with
+
+        sum of C_w(e) over w in RR(P) \\ base  >=  L(e) - memory_limit,
+
+    ``C_w(e)`` the bytes of the non-resident outputs ``t`` of ``w`` (``s(t) > 0``, not read by
+    the op ``v`` of ``e``) that are graph outputs or have a reader that is not an ancestor of
+    ``v`` or is in ``base``; ``w != v``, and ``w`` not a descendant of ``v`` unless ``e`` is the
+    last run of an op of ``base`` (an op that may re-run: its last run may follow its
+    descendants' first runs). A re-run the order of first runs lets go of (``G_S``, Theorem 7)
+    may still be held here: a cheap op of ``base`` that re-runs late keeps its inputs until
+    its last run, so where those traps decide (the ViT training step) only the ops outside
+    ``base`` can take the bytes off, and the row says how many.
+
+    Ops with cap 0 and ops of ``base`` get no coefficient; coefficients are capped at ``need``.
+    At the deadline the events not reached yet get no row."""
+    from memopt.remat.last_runs import last_run_traps_above
+    from memopt.remat.lower_bounds import _op_ancestors
+
+    n = graph.num_ops
+    if n == 0:
+        return []
+    M = int(memory_limit)
+    caps = resolve_caps(graph, cap)
+    in_base = np.zeros(n, bool)
+    base = tuple(sorted({int(v) for v in base}))
+    in_base[list(base)] = True
+    ok = np.ones(n, bool) if caps is None else np.asarray([caps[v] > 0 for v in range(n)], bool)
+    ok &= ~in_base
+    events = last_run_traps_above(graph, in_base, M, deadline=deadline)
+    if not events:
+        return []
+    anc = _op_ancestors(graph)                    # anc[v, u]: u is a proper ancestor of v
+    prod = graph.tensor_producer
+    tensors = np.flatnonzero((prod >= 0) & ~graph.tensor_resident & (graph.tensor_size > 0))
+    tensors = tensors[ok[prod[tensors]]]
+    p, size = prod[tensors], graph.tensor_size[tensors].astype(np.int64)
+    later = _reader_masks(graph, anc, tensors)    # a reader that is not an ancestor of v, or an output
+    base_reader = np.asarray([bool(in_base[graph.consumers_of(t)].any()) for t in tensors.tolist()], bool)
+    cuts = []
+    for v, first, value in events:
+        need = value - M
+        mask = (later[v] | base_reader) & (p != v)
+        if first or not in_base[v]:
+            mask &= ~anc[p, v]                    # the event is a first run: descendants of v come after it
+        reads = graph.inputs_of(v)
+        if reads.shape[0]:
+            mask &= ~np.isin(tensors, reads)
+        a = np.zeros(n, np.int64)
+        np.add.at(a, p[mask], size[mask])
+        ops = np.flatnonzero(a)
+        cuts.append(TrapCut(v, need, tuple(ops.tolist()), tuple(min(int(b), need) for b in a[ops].tolist()), base,
+                            "first run" if first else "last run"))
     return cuts
 
 
