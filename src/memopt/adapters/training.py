@@ -606,23 +606,28 @@ class Measurement:
 
 def _run_per_op(tg: TrainingGraph) -> dict:
     """Each op's measured peak above the memory before it (its outputs and scratch), from an
-    FX interpreter that frees values after their last use as the generated code does."""
+    FX interpreter that frees values after their last use as the generated code does. One
+    profiler records the whole run, each op's call marked by a record function
+    (:func:`memopt.adapters.inductor.profiling.marked_peaks`): the same allocator events as a
+    profiler started and stopped around each call, without paying a profiler's start and stop
+    per op."""
     torch = _torch()
-    from memopt.adapters.inductor import measure_peak
+    from memopt.adapters.inductor.profiling import _profile, marked_peaks
 
-    highs: dict[str, int] = {}
+    names: list[str] = []
 
     class PerOp(torch.fx.Interpreter):
         def run_node(self, n):
             if n.name in tg.nodes and tg.nodes[n.name] is n:
-                high, out = measure_peak(lambda: super(PerOp, self).run_node(n))
-                highs[n.name] = int(high)
-                return out
+                names.append(n.name)
+                with torch.profiler.record_function(f"memopt#{len(names) - 1}"):
+                    return super(PerOp, self).run_node(n)
             return super().run_node(n)
 
-    with torch.no_grad():
+    with torch.no_grad(), _profile() as prof:
         PerOp(tg.module).run(*tg.args)
-    return highs
+    peaks = marked_peaks(prof)
+    return {nm: int(peaks.get(i, 0)) for i, nm in enumerate(names)}
 
 
 def measure(tg: TrainingGraph) -> Measurement:
