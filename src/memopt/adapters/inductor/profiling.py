@@ -52,10 +52,11 @@ def _timed_alloc_events(prof) -> tuple[list, dict]:
 
 def marked_peaks(prof) -> dict:
     """``{i: peak}`` of every ``memopt#<i>`` record function of a finished profiler run: the
-    highest bytes allocated during its span above what was allocated at its first allocation
-    event (:func:`measure_peak`'s measure of the same span; 0 without events). An event
-    belongs to the span its start time falls in, whichever thread allocated it, as it would
-    to a profiler started and stopped around the span."""
+    highest bytes allocated during its span above what was allocated just before its first
+    allocation event (:func:`measure_peak`'s measure of the same span; 0 without events). An event
+    belongs to the span its start time falls in, whichever of the profiled threads allocated
+    it (the intra-op pool's too), as it would to a profiler started and stopped around the
+    span."""
     import bisect
 
     events, spans = _timed_alloc_events(prof)
