@@ -280,6 +280,11 @@ def test_the_op_by_op_run_under_one_profiler_measures_what_a_profiler_per_op_doe
     assert training.measure(cnn[1]).transients
 
 
+def test_the_transients_alone_are_those_of_the_full_measurement(cnn, mlp):
+    for _, tg in (cnn, mlp):
+        assert training.transients(tg) == training.measure(tg).transients
+
+
 def test_marked_peaks_are_the_peaks_of_a_profiler_around_each_span():
     from memopt.adapters.inductor import measure_peak
     from memopt.adapters.inductor.profiling import _profile, marked_peaks

@@ -53,7 +53,7 @@ from typing import Any, Callable
 
 from memopt.core import Op, Tensor, TensorGraph
 from memopt.errors import InternalError, OptionError
-from memopt.adapters.training import TrainingGraph, _torch, capture, draws_random, measure
+from memopt.adapters.training import TrainingGraph, _torch, capture, draws_random, transients
 
 __all__ = ["plan", "TrainingPlan", "realizable_graph", "FlopObjective", "BARRIER"]
 
@@ -628,10 +628,10 @@ def plan(model, inputs, loss_fn: Callable | None = None, *, targets=(), memory_l
         ``train.close`` of :data:`memopt.time_shares.SHARES` is kept for that). The search gets
         what the capture and the measurement left. What the clock bounds and what it does not:
 
-        * the capture (one trace by torch) and the measurement (three eager runs of the step:
-          a warm-up, the measured step, the op-by-op run) are not interrupted: no plan can be
-          modelled without the measured transients (its modelled peak would not be the measured
-          one), and a call with no time returns its first answer, as :func:`memopt.remat` does;
+        * the capture (one trace by torch) and the measurement (two eager runs of the step: a
+          warm-up and the op-by-op run) are not interrupted: no plan can be modelled without the
+          measured transients (its modelled peak would not be the measured one), and a call
+          with no time returns its first answer, as :func:`memopt.remat` does;
         * the search gets what they left, 0 seconds once it is gone: :func:`memopt.remat` then
           returns its first answer from the warm starts (the min-cut seeds are built in any
           case; the search over the cheap ops alone is skipped), and the realization builds the
@@ -694,7 +694,7 @@ def plan(model, inputs, loss_fn: Callable | None = None, *, targets=(), memory_l
     inputs = (inputs,) if isinstance(inputs, torch.Tensor) else tuple(inputs)
     targets = (targets,) if isinstance(targets, torch.Tensor) else tuple(targets)
     tg = captured if captured is not None else capture(model, inputs, loss_fn, targets=targets)
-    tg = tg.with_workspace(measured(tg).transients)
+    tg = tg.with_workspace(measured(tg))
     graph, caps = realizable_graph(tg)
     if compiled:
         buffers = dict(model.named_buffers(prefix="model", remove_duplicate=False))
@@ -761,13 +761,14 @@ def plan(model, inputs, loss_fn: Callable | None = None, *, targets=(), memory_l
     return rep
 
 
-def measured(tg: TrainingGraph):
-    """:func:`memopt.adapters.training.measure` of a capture, made once per capture and kept on
-    it: several :func:`plan` calls on one ``captured`` step measure its transients once."""
-    m = tg.__dict__.get("_measured")
+def measured(tg: TrainingGraph) -> dict:
+    """The library transients of a capture (:func:`memopt.adapters.training.transients`,
+    ``{op name: bytes}``), measured once per capture and kept on it: several :func:`plan` calls
+    on one ``captured`` step measure them once."""
+    m = tg.__dict__.get("_transients")
     if m is None:
-        m = measure(tg)
-        object.__setattr__(tg, "_measured", m)
+        m = transients(tg)
+        object.__setattr__(tg, "_transients", m)
     return m
 
 
