@@ -54,9 +54,9 @@ def marked_peaks(prof) -> dict:
     """``{i: peak}`` of every ``memopt#<i>`` record function of a finished profiler run: the
     highest bytes allocated during its span above what was allocated just before its first
     allocation event (:func:`measure_peak`'s measure of the same span; 0 without events). An event
-    belongs to the span its start time falls in, whichever of the profiled threads allocated
-    it (the intra-op pool's too), as it would to a profiler started and stopped around the
-    span."""
+    belongs to the span its start time falls in, not to the record function it is nested under
+    (an allocation the profiler records on another thread counts too), as it would to a
+    profiler started and stopped around the span."""
     import bisect
 
     events, spans = _timed_alloc_events(prof)
