@@ -247,3 +247,67 @@ def test_convolution_backward_costs_each_gradient_as_the_forward_convolution(gro
     assert training.op_flops(aten.convolution_backward.default, args, {}, out) == 2 * fwd
     if groups == 1:  # the registry's own count, used as it is
         assert flop_registry[aten.convolution_backward](*args, out_val=out) == 2 * fwd
+
+
+def _per_op_profilers(tg) -> dict:
+    """Each op's peak with a profiler started and stopped around its call (the reference the
+    one-profiler run of ``training._run_per_op`` must equal)."""
+    from memopt.adapters.inductor import measure_peak
+
+    highs = {}
+
+    class PerOp(torch.fx.Interpreter):
+        def run_node(self, n):
+            if n.name in tg.nodes and tg.nodes[n.name] is n:
+                high, out = measure_peak(lambda: super(PerOp, self).run_node(n))
+                highs[n.name] = int(high)
+                return out
+            return super().run_node(n)
+
+    with torch.no_grad():
+        PerOp(tg.module).run(*tg.args)
+    return highs
+
+
+def test_the_op_by_op_run_under_one_profiler_measures_what_a_profiler_per_op_does(cnn, mlp):
+    for _, tg in (cnn, mlp):
+        training.measure(tg)  # warm: the reference and the run under test see the same library state
+        marked = training._run_per_op(tg)
+        assert marked == _per_op_profilers(tg)
+        assert set(marked) == set(tg.graph.op_names)
+    # the CNN has convolution scratch: the comparison is not between zeros
+    assert any(h > 0 for h in training._run_per_op(cnn[1]).values())
+    assert training.measure(cnn[1]).transients
+
+
+def test_the_transients_alone_are_those_of_the_full_measurement(cnn, mlp):
+    for _, tg in (cnn, mlp):
+        assert training.transients(tg) == training.measure(tg).transients
+
+
+def test_marked_peaks_are_the_peaks_of_a_profiler_around_each_span():
+    from memopt.adapters.inductor import measure_peak
+    from memopt.adapters.inductor.profiling import _profile, marked_peaks
+
+    held = {}
+
+    def scratch_then_result():
+        t = torch.empty(4096, dtype=torch.uint8)
+        del t
+        held["a"] = torch.empty(1024, dtype=torch.uint8)
+
+    def free_then_grow():
+        # its first event is a free: the peak counts from what was allocated before it
+        held.pop("a")
+        held["b"] = torch.empty(2048, dtype=torch.uint8)
+
+    parts = [scratch_then_result, free_then_grow, lambda: None]
+    with _profile() as prof:
+        for i, fn in enumerate(parts):
+            with torch.profiler.record_function(f"memopt#{i}"):
+                fn()
+            outside = torch.empty(1 << 20, dtype=torch.uint8)  # between spans: no span's
+            del outside
+    assert marked_peaks(prof) == {0: 4096, 1: 1024, 2: 0}
+    held.clear()
+    assert [measure_peak(fn)[0] for fn in parts] == [4096, 1024, 0]

@@ -318,3 +318,29 @@ def test_a_plan_made_for_compilation_runs_compiled_with_batch_norm(model_cls, sh
     stock_peak, _ = measure_peak(lambda: stock(x, labels).backward())
     assert peak - rep.modelled_peak == stock_peak - rep.baseline_peak
     assert abs(peak - rep.modelled_peak) <= 4
+
+
+def test_a_call_without_time_answers_at_once_with_a_plan_measured_to_the_byte(monkeypatch):
+    # time_limit=0: the capture and the measurement run (no plan without the transients), the
+    # search gets 0 seconds (never a negative limit), the cheap-ops search is skipped
+    import memopt
+
+    limits = []
+    remat = memopt.remat
+
+    def recording(*args, **kwargs):
+        limits.append(kwargs["time_limit"])
+        return remat(*args, **kwargs)
+
+    monkeypatch.setattr(memopt, "remat", recording)
+    torch.manual_seed(0)
+    model = MLP().train()
+    x, labels = torch.randn(512, 32), torch.randint(0, 10, (512,))
+    rep = training.plan(model, x, torch.nn.functional.cross_entropy, targets=labels, memory_ratio="0.9",
+                        time_limit=0, measure_step=False)
+    assert limits == [0.0]
+    # the first answer: a plan within the limit, or (``unknown``) the best plan found, above it;
+    # either way a plan the two programs run, measured to the byte
+    assert rep.status in ("optimal", "feasible", "unknown") and rep.memory_limit < rep.baseline_peak
+    assert (rep.modelled_peak <= rep.memory_limit) == (rep.status != "unknown")
+    assert rep.measure() == rep.modelled_peak

@@ -17,9 +17,17 @@ def _alloc_events(prof) -> list:
     """CPU allocation events of a finished profiler run, in allocator order, each as
     ``(marker, alloc_size, total_allocated)``; ``marker`` is the innermost enclosing
     ``memopt#<i>`` record-function index (``None`` outside)."""
+    return [(tag, size, total) for _, tag, size, total in _timed_alloc_events(prof)[0]]
+
+
+def _timed_alloc_events(prof) -> tuple[list, dict]:
+    """:func:`_alloc_events` with each event's start time first, ``(time_ns, marker,
+    alloc_size, total_allocated)``, and the ``memopt#<i>`` record functions' spans
+    ``{i: (start_ns, end_ns)}``."""
     from torch._C._profiler import _EventType
 
     out = []
+    spans: dict = {}
     stack = [(r, None) for r in prof.profiler.kineto_results.experimental_event_tree()]
     while stack:
         e, tag = stack.pop()
@@ -30,15 +38,34 @@ def _alloc_events(prof) -> list:
         name = e.name
         if name.startswith("memopt#"):
             tag = int(name[7:])
+            spans[tag] = (e.start_time_ns, e.end_time_ns)
         stack.extend((c, tag) for c in e.children)
     out.sort(key=lambda r: (r[0], r[1]))
-    events = [(tag, size, total) for _, _, tag, size, total in out]
+    events = [(time_ns, tag, size, total) for time_ns, _, tag, size, total in out]
     # the allocator's running total orders the events exactly: check the chain
-    for (_, _, t0), (_, s1, t1) in zip(events, events[1:]):
+    for (_, _, _, t0), (_, _, s1, t1) in zip(events, events[1:]):
         if t0 + s1 != t1:
             raise InternalError("allocation-chain", "profiler allocation events are not a consistent chain "
                                                     f"({t0} + {s1} != {t1}): concurrent allocations?")
-    return events
+    return events, spans
+
+
+def marked_peaks(prof) -> dict:
+    """``{i: peak}`` of every ``memopt#<i>`` record function of a finished profiler run: the
+    highest bytes allocated during its span above what was allocated just before its first
+    allocation event (:func:`measure_peak`'s measure of the same span; 0 without events). An event
+    belongs to the span its start time falls in, not to the record function it is nested under
+    (an allocation the profiler records on another thread counts too), as it would to a
+    profiler started and stopped around the span."""
+    import bisect
+
+    events, spans = _timed_alloc_events(prof)
+    times = [e[0] for e in events]
+    peaks = {}
+    for i, (start, end) in spans.items():
+        lo, hi = bisect.bisect_left(times, start), bisect.bisect_right(times, end)
+        peaks[i] = _peak([(None, size, total) for _, _, size, total in events[lo:hi]])
+    return peaks
 
 
 def _profile():
