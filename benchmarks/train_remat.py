@@ -496,9 +496,11 @@ def table(rows: list[dict]) -> str:
                      f"{r['cpu_s']:.2f} | {r['solve_s']:.1f} | {r['plan_s']:.1f} | "
                      f"{'yes' if r['loss_equal'] else 'NO'}, {r['grads_equal']}/{r['grads']} |")
     lines += ["", "| baseline point | its peak | its extra FLOPs (extra element-count cost) | memopt peak (− the "
-              "baseline's) | memopt extra FLOPs (re-runs without FLOPs) | peak <= and FLOPs <= | strictly better |",
-              "|---|---:|---:|---:|---:|---|---|"]
-    met = strict = clear = n = 0
+              "baseline's) | memopt extra FLOPs (re-runs without FLOPs) | peak <= and FLOPs <= | strictly better | "
+              "memopt's lowest peak at <= its FLOPs (− the baseline's) |",
+              "|---|---:|---:|---:|---:|---|---|---:|"]
+    met = strict = clear = clear_any = n = 0
+    measured = [x for x in rows if x["who"] == "memopt" and x.get("peak") is not None]
     for r in rows:
         if r["who"] not in ("pytorch", "block checkpoint") or "error" in r:
             continue
@@ -509,8 +511,15 @@ def table(rows: list[dict]) -> str:
             n += 1
         else:  # the eager count has no element-count cost of its own
             point, pf, pc = "block checkpoint", r["eager_flops"] - base, "-"
+        # every memopt plan of the model (any limit, measured) at most as many extra FLOPs: the
+        # lowest peak among them (a limit question's answer need not go below its limit)
+        low = min((x for x in measured if x["extra_flops"] <= pf), key=lambda x: (x["peak"], x["extra_flops"]),
+                  default=None)
+        if r["who"] == "pytorch" and low is not None:
+            clear_any += low["peak"] < r["peak"] - 4 or (low["peak"] <= r["peak"] and low["extra_flops"] < pf)
+        lowest = "-" if low is None else f"{low['peak']:,} ({low['peak'] - r['peak']:,})"
         if m is None or m.get("peak") is None:
-            lines.append(f"| {point} | {r['peak']:,} | {pf:,} | no plan | | no | no |")
+            lines.append(f"| {point} | {r['peak']:,} | {pf:,} | no plan | | no | no | {lowest} |")
             continue
         ok = m["peak"] <= r["peak"] and m["extra_flops"] <= pf
         better = ok and (m["peak"] < r["peak"] or m["extra_flops"] < pf)
@@ -522,13 +531,13 @@ def table(rows: list[dict]) -> str:
             clear += ok and (m["peak"] < r["peak"] - 4 or m["extra_flops"] < pf)
         lines.append(f"| {point} | {r['peak']:,} | {pf:,} ({_mb(pc)}) | "
                      f"{m['peak']:,} ({m['peak'] - r['peak']:,}) | {m['extra_flops']:,} ({m['reruns']:,}) | "
-                     f"{'yes' if ok else 'no'} | {'yes' if better else 'no'} |")
+                     f"{'yes' if ok else 'no'} | {'yes' if better else 'no'} | {lowest} |")
     mem = [r for r in rows if r["who"] == "memopt" and r.get("modelled_peak") is not None]
     close = sum(1 for r in mem if _within(r, 0.10, *FLOP_BOUND))
     solve = [r["solve_s"] for r in rows if r["who"] == "memopt"]
     plan_s = [r["plan_s"] for r in rows if r["who"] == "memopt"]
     lines += ["", f"Targets: memopt <= PyTorch on {met}/{n} PyTorch points, strictly better on {strict}/{n} "
-              f"(by more than 4 B or in FLOPs on {clear}/{n}); "
+              f"(by more than 4 B or in FLOPs on {clear}/{n}; by some memopt plan of the model: {clear_any}/{n}); "
               f"measured = modelled on {sum(r['peak'] == r['modelled_peak'] for r in mem)}/{len(mem)} memopt "
               f"points; FLOP bound within 10 % of the plan's extra FLOPs on {close}/{len(mem)}; plan's FLOPs = "
               f"counted on {sum(r['plan_flops'] == r['extra_flops'] for r in mem)}/{len(mem)}; loss and gradients "

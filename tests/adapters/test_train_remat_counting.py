@@ -70,3 +70,28 @@ def test_the_flop_bound_is_read_against_the_counted_flops_of_the_step(bench):
     row = {"extra_flops": 100, "plan_flops": 80, "flop_lower_bound": 95}
     assert bench._within(row, 0.10, *bench.FLOP_BOUND)
     assert not bench._within(dict(row, extra_flops=120), 0.10, *bench.FLOP_BOUND)
+
+
+def _memopt_row(limit, peak, extra):
+    return {"who": "memopt", "limit": limit, "status": "feasible", "peak": peak, "modelled_peak": peak,
+            "extra_flops": extra, "plan_flops": extra, "flop_lower_bound": extra, "reruns": 0, "cpu_s": 0.1,
+            "solve_s": 1.0, "plan_s": 1.0, "loss_equal": True, "grads_equal": 1, "grads": 1}
+
+
+def test_a_pytorch_point_is_clearly_beaten_only_by_a_plan_at_most_its_flops(bench):
+    """The comparison at a PyTorch point: memopt's answer at its peak ties it by 4 bytes (not
+    clearly better); another memopt plan of the model with a lower peak at the same FLOPs is, and
+    one with a lower peak but more FLOPs is not."""
+    rows = [{"who": "joint graph", "ops": 3, "flops": 1000, "cost": 1000, "modelled_peak": 500, "capture_s": 0.1},
+            {"who": "eager", "eager_flops": 1000, "peak": 500, "cpu_s": 0.1, "time_limit": 1.0},
+            {"who": "pytorch", "budget": 0.5, "solver": "dp", "peak": 300, "flops": 1010, "cost": 1010, "cpu_s": 0.1}]
+    at_its_peak = _memopt_row(300, 296, 10)
+    rows[0]["time_limit"] = 1.0
+
+    def counts(extra_rows):
+        line = bench.table(rows + [at_its_peak] + extra_rows).splitlines()[-1]
+        return line.split("by more than 4 B or in FLOPs on ")[1].split(")")[0]
+
+    assert counts([]) == "0/1; by some memopt plan of the model: 0/1"
+    assert counts([_memopt_row(250, 240, 20)]) == "0/1; by some memopt plan of the model: 0/1"
+    assert counts([_memopt_row(250, 240, 10)]) == "0/1; by some memopt plan of the model: 1/1"
