@@ -711,3 +711,31 @@ def test_every_plan_within_the_limit_meets_every_last_run_row(args):
     for L, cuts in rows.items():
         if any(not cut_met(c, may) for c in cuts):
             assert L < least
+
+
+def test_a_descendant_that_reruns_counts_at_the_last_run_of_an_op_of_the_base():
+    """Theorem 7F needs the descendants of ``v`` at the last run of an op ``v`` of ``S_0``: ``V``
+    (in ``S_0``) runs, ``W`` reads its output, ``U`` reads ``W``'s ``t`` and frees ``y``; then
+    ``V`` runs again (its last run, 50 bytes of workspace) while ``t`` is freed, to be made again
+    by ``W`` for ``C``. The trap of ``V``'s last run (63) counts ``t`` (``U`` before it releases
+    ``y`` and needs ``W``); the plan holds 53 bytes there, exactly the trap minus ``C_W = 10``."""
+    g = TensorGraph.build(
+        [Tensor("y", 20), Tensor("y2", 1), Tensor("a", 1), Tensor("t", 10), Tensor("u1", 1), Tensor("c1", 30),
+         Tensor("z", 100, output=True)],
+        [Op("Y", (), ("y", "y2")), Op("V", ("y2",), ("a",), workspace=50), Op("W", ("a",), ("t",)),
+         Op("U", ("t", "y"), ("u1",)), Op("C", ("t",), ("c1",)), Op("Z", ("a", "c1", "u1", "y2"), ("z",))])
+    op = {n: i for i, n in enumerate(g.op_names)}
+    ten = {n: i for i, n in enumerate(g.tensor_names)}
+    plan = RematPlan.from_pairs([(RUN, op["Y"]), (RUN, op["V"]), (RUN, op["W"]), (RUN, op["U"]), (FREE, ten["y"]),
+                                 (FREE, ten["t"]), (FREE, ten["a"]), (RUN, op["V"]), (RUN, op["W"]), (RUN, op["C"]),
+                                 (FREE, ten["t"]), (RUN, op["Z"])])
+    base = {op["V"]}
+    trap = next(t for v, first, t in _events(g, base) if v == op["V"] and not first)
+    _, last = _run_steps(plan)
+    mem = int(evaluate_plan(g, plan).profile[last[op["V"]] + 1])
+    coef = _last_run_coefficient(g, _proper_ancestors(g), base, op["V"], op["W"], True)
+    assert (trap, mem, coef) == (63, 53, 10)
+    assert rerun_set(plan) - base == {op["W"]}
+    # the row at a limit the plan's moment meets counts W (a descendant of V) for its 10 bytes
+    row = next(c for c in last_run_cuts(g, 53, 1, base=sorted(base)) if c.op == op["V"] and c.kind == "last run")
+    assert dict(zip(row.ops, row.bytes))[op["W"]] == 10
