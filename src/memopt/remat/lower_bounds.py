@@ -643,9 +643,9 @@ def _forward_trap_above(dag, limit: int, deadline: float, hints: list, num_ops: 
 # scheduler question) are the ``bound.*`` entries of memopt.time_shares.SHARES
 
 #: the rows of Theorem 7F are sought at a grown set ``S`` and at its ops that cost at most
-#: 1/ROW_BASE_RATIO of the cheapest op of its core: a row at ``S`` weighs only the core's ops, and
-#: one at those cheap ops weighs every dearer op too (ViT training step at 33.5 MB: from 136 M
-#: FLOPs in 30 s with the rows at ``S`` alone to 326 M, the best plan's, at once)
+#: 1/ROW_BASE_RATIO of the cheapest op of its core: a row at ``S`` weighs only the core's ops, one
+#: at those cheap ops every dearer op too, which is what excludes the dear combinations a core
+#: learns one at a time (``benchmarks/results/2026-12-03-train-remat-last-run-rows.md``)
 ROW_BASE_RATIO = 16
 
 #: other hitting sets the solver found on its way whose cores are sought before the next solve
