@@ -739,3 +739,19 @@ def test_a_descendant_that_reruns_counts_at_the_last_run_of_an_op_of_the_base():
     # the row at a limit the plan's moment meets counts W (a descendant of V) for its 10 bytes
     row = next(c for c in last_run_cuts(g, 53, 1, base=sorted(base)) if c.op == op["V"] and c.kind == "last run")
     assert dict(zip(row.ops, row.bytes))[op["W"]] == 10
+
+
+@SETTINGS
+@given(st.tuples(st.integers(0, 2**32 - 1), st.integers(1, 7), st.integers(0, 2**20), KINDS))
+def test_last_run_traps_above_a_limit_are_the_events_above_it(args):
+    """``last_run_traps_above`` (screened, one cut at a time) returns exactly the events whose
+    trap exceeds the limit, at limits from below 0 (every event) to above the largest trap."""
+    from memopt.remat.last_runs import last_run_traps_above
+
+    seed, n, pick, kind = args
+    g = _graph(seed, n, kind)
+    base = {v for v in range(g.num_ops) if pick >> v & 1}
+    events = _events(g, base)
+    top = max(t for _, _, t in events)
+    for limit in sorted({-1, 0, top // 2, top - 1, top} | {t for _, _, t in events[:3]}):
+        assert last_run_traps_above(g, sorted(base), limit) == [e for e in events if e[2] > limit]

@@ -349,7 +349,7 @@ def last_run_traps_above(graph: TensorGraph, rerun, limit: int, *, deadline: flo
     take these as their right-hand sides."""
     st = _static(graph)
     limit = int(limit)
-    if st.n == 0 or limit < 0:
+    if st.n == 0:
         return []
     r = _runner(graph, rerun, first_runs)
     out = []
@@ -358,7 +358,9 @@ def last_run_traps_above(graph: TensorGraph, rerun, limit: int, *, deadline: flo
         chunk = np.arange(pos, min(total, pos + CHUNK))
         vals = r.run(chunk, limit)
         above = np.flatnonzero(vals > limit)
-        if not above.size:
+        if limit < 0 or not above.size:
+            # below 0 the kernel neither screens nor stops: every value of the chunk is exact
+            out += [(int(r.events[chunk[k], 1]), int(chunk[k]) >= st.n, int(vals[k])) for k in above.tolist()]
             pos = int(chunk[-1]) + 1
             continue
         i = int(chunk[int(above[0])])    # the kernel stops after the first trap above the limit

@@ -1083,16 +1083,16 @@ def cost_lower_bound(graph: TensorGraph, memory_limit: int, cap=1, *, time_limit
         many bytes those re-runs must take off each last-run trap of ``S`` above the limit (the
         cheap ops the growth put into ``S`` get no coefficient: where their re-runs hold their
         inputs, as in the ViT training step, the core's combinations are excluded by the bytes)."""
+        core = add_core(S)   # cheapest op first
         if trap_cuts and last_runs and level[0] >= 1:
-            core = [v for v in rerun if v not in S]
-            least = min((Fraction(costs[v]) for v in core), default=None)
+            least = Fraction(costs[core[0]]) if core else None
             cheap = frozenset(v for v in S if least is None or Fraction(costs[v]) * ROW_BASE_RATIO <= least)
             for base in (frozenset(S), cheap):
                 if base and base not in row_bases and time.perf_counter() < deadline:
                     row_bases.add(base)
                     keep_rows(make_last_cuts(graph, M, caps, base=sorted(base),
                                              deadline=min(deadline, time.perf_counter() + SET_ROWS_SECONDS)))
-        return add_core(S)
+        return core
 
     H: tuple = ()
     value = Fraction(0)

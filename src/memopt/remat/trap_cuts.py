@@ -109,28 +109,56 @@ def uncovered_bytes(graph: TensorGraph, ops_at, rerunnable=None) -> dict[int, np
     """``{v: A(v)}`` for each op ``v`` of ``ops_at``: ``A(v)[w]`` = the bytes a re-run set
     containing ``w`` can take off the memory at ``v`` (``A_w(v)`` of the module docstring);
     0 for ops outside ``rerunnable`` (a bool mask; default every op)."""
+    ops_at = [int(v) for v in ops_at]
+    ok = rerunnable if rerunnable is not None else np.ones(graph.num_ops, bool)
+    return dict(zip(ops_at, _bytes_live_across(graph, [(v, True) for v in ops_at], ok)))
+
+
+def _bytes_live_across(graph: TensorGraph, at, ok: np.ndarray, base=None) -> list[np.ndarray]:
+    """Per ``(v, below)`` of ``at``: per op ``w`` with ``ok[w]``, ``w != v``, the bytes of its
+    non-resident outputs of positive size that ``v`` does not read and that are graph outputs or
+    have a reader that is not an ancestor of ``v`` (or, with ``base``, a bool mask over the ops,
+    a reader in it); ``below``: only for ``w`` not a descendant of ``v``. ``A_w(v)`` (Theorem 7)
+    is ``(v, True)`` without ``base``; ``C_w(e)`` (Theorem 7F) takes ``base``."""
     from memopt.remat.lower_bounds import _op_ancestors
 
     n = graph.num_ops
     anc = _op_ancestors(graph)                   # anc[v, u]: u is a proper ancestor of v
     prod = graph.tensor_producer
-    ok = rerunnable if rerunnable is not None else np.ones(n, bool)
     tensors = np.flatnonzero((prod >= 0) & ~graph.tensor_resident & (graph.tensor_size > 0))
     tensors = tensors[ok[prod[tensors]]]
     later = _reader_masks(graph, anc, tensors)
     p, size = prod[tensors], graph.tensor_size[tensors].astype(np.int64)
-    out: dict[int, np.ndarray] = {}
-    for v in ops_at:
-        v = int(v)
-        # w = p(t) is neither v nor a descendant of v (anc[w, v]: v is an ancestor of w)
-        mask = later[v] & (p != v) & ~anc[p, v]
+    base_reader = None if base is None else \
+        np.asarray([bool(base[graph.consumers_of(t)].any()) for t in tensors.tolist()], bool)
+    out = []
+    for v, below in at:
+        mask = (later[v] if base_reader is None else later[v] | base_reader) & (p != v)
+        if below:
+            mask &= ~anc[p, v]                   # w = p(t) not a descendant of v (v is no ancestor of w)
         reads = graph.inputs_of(v)
         if reads.shape[0]:
             mask &= ~np.isin(tensors, reads)
         a = np.zeros(n, np.int64)
         np.add.at(a, p[mask], size[mask])
-        out[v] = a
+        out.append(a)
     return out
+
+
+def _rerunnable(graph: TensorGraph, cap, base) -> tuple[np.ndarray, tuple]:
+    """The ops that get a coefficient (cap > 0, not in ``base``) and ``base`` sorted."""
+    n = graph.num_ops
+    caps = resolve_caps(graph, cap)
+    ok = np.ones(n, bool) if caps is None else np.asarray([caps[v] > 0 for v in range(n)], bool)
+    base = tuple(sorted({int(v) for v in base}))
+    ok[list(base)] = False
+    return ok, base
+
+
+def _row(v: int, need: int, a: np.ndarray, base: tuple, kind: str = "forward") -> TrapCut:
+    """The row of op ``v`` with right-hand side ``need`` and bytes ``a`` per op, each capped at ``need``."""
+    ops = np.flatnonzero(a)
+    return TrapCut(v, need, tuple(ops.tolist()), tuple(min(int(b), need) for b in a[ops].tolist()), base, kind)
 
 
 def _trap_rows(graph: TensorGraph, limit: int, ok: np.ndarray, base: tuple, deadline: float):
@@ -155,17 +183,11 @@ def trap_cuts(graph: TensorGraph, memory_limit: int, cap=1, *, base=(), deadline
     if n == 0:
         return []
     M = int(memory_limit)
-    caps = resolve_caps(graph, cap)
-    ok = np.ones(n, bool) if caps is None else np.asarray([caps[v] > 0 for v in range(n)], bool)
-    base = tuple(sorted({int(v) for v in base}))
-    ok[list(base)] = False
+    ok, base = _rerunnable(graph, cap, base)
     traps, rows = _trap_rows(graph, M, ok, base, deadline)
     cuts = []
     for v in sorted(traps):
-        need = traps[v] - M
-        a = rows[v]
-        ops = np.flatnonzero(a)
-        cuts.append(TrapCut(v, need, tuple(ops.tolist()), tuple(min(int(b), need) for b in a[ops].tolist()), base))
+        cuts.append(_row(v, traps[v] - M, rows[v], base))
         if time.perf_counter() > deadline:
             break
     return cuts
@@ -192,43 +214,22 @@ def last_run_cuts(graph: TensorGraph, memory_limit: int, cap=1, *, base=(),
     Ops with cap 0 and ops of ``base`` get no coefficient; coefficients are capped at ``need``.
     At the deadline the events not reached yet get no row."""
     from memopt.remat.last_runs import last_run_traps_above
-    from memopt.remat.lower_bounds import _op_ancestors
 
     n = graph.num_ops
     if n == 0:
         return []
     M = int(memory_limit)
-    caps = resolve_caps(graph, cap)
+    ok, base = _rerunnable(graph, cap, base)
     in_base = np.zeros(n, bool)
-    base = tuple(sorted({int(v) for v in base}))
     in_base[list(base)] = True
-    ok = np.ones(n, bool) if caps is None else np.asarray([caps[v] > 0 for v in range(n)], bool)
-    ok &= ~in_base
     events = last_run_traps_above(graph, in_base, M, deadline=deadline)
     if not events:
         return []
-    anc = _op_ancestors(graph)                    # anc[v, u]: u is a proper ancestor of v
-    prod = graph.tensor_producer
-    tensors = np.flatnonzero((prod >= 0) & ~graph.tensor_resident & (graph.tensor_size > 0))
-    tensors = tensors[ok[prod[tensors]]]
-    p, size = prod[tensors], graph.tensor_size[tensors].astype(np.int64)
-    later = _reader_masks(graph, anc, tensors)    # a reader that is not an ancestor of v, or an output
-    base_reader = np.asarray([bool(in_base[graph.consumers_of(t)].any()) for t in tensors.tolist()], bool)
-    cuts = []
-    for v, first, value in events:
-        need = value - M
-        mask = (later[v] | base_reader) & (p != v)
-        if first or not in_base[v]:
-            mask &= ~anc[p, v]                    # the event is a first run: descendants of v come after it
-        reads = graph.inputs_of(v)
-        if reads.shape[0]:
-            mask &= ~np.isin(tensors, reads)
-        a = np.zeros(n, np.int64)
-        np.add.at(a, p[mask], size[mask])
-        ops = np.flatnonzero(a)
-        cuts.append(TrapCut(v, need, tuple(ops.tolist()), tuple(min(int(b), need) for b in a[ops].tolist()), base,
-                            "first run" if first else "last run"))
-    return cuts
+    # an event at a first run (a first-run node, or the only run of an op outside base): the
+    # descendants of v come after it; the last run of an op of base may follow their first runs
+    rows = _bytes_live_across(graph, [(v, first or not in_base[v]) for v, first, _ in events], ok, in_base)
+    return [_row(v, value - M, a, base, "first run" if first else "last run")
+            for (v, first, value), a in zip(events, rows)]
 
 
 def cut_met(cut: TrapCut, rerun) -> bool:
