@@ -231,12 +231,14 @@ def _cpu_seconds(run) -> float:
 
 
 # ----------------------------------------------------------------------------- points
-def torch_point(name: str, args, budget: float, solver: str) -> dict:
+def compiled_step(name: str, args, backend, patches) -> tuple[dict, Callable, tuple]:
+    """``torch.compile`` of ``name``'s whole step (model + loss; fullgraph, static shapes) with
+    ``backend``, under the config ``patches`` (context managers): compiled by a first step, then
+    measured (peak after ``.grad`` set to ``None``, CPU seconds of one step). Returns
+    ``(measures, step, (model, inputs, targets))``."""
+    import contextlib
+
     import torch
-    import torch._functorch.config as fconfig
-    from torch._dynamo.backends.common import aot_autograd
-    from torch._dynamo.backends.debugging import boxed_nop
-    from torch._functorch.partitioners import min_cut_rematerialization_partition
 
     from memopt.adapters.inductor import measure_peak
 
@@ -251,14 +253,9 @@ def torch_point(name: str, args, budget: float, solver: str) -> dict:
             return loss_fn(self.model(*xs[:len(inputs)]), *xs[len(inputs):])
 
     torch._dynamo.reset()
-    graphs = []
-
-    def keep(gm, example_inputs):
-        graphs.append(gm)
-        return boxed_nop(gm, example_inputs)
-
-    backend = aot_autograd(fw_compiler=keep, bw_compiler=keep, partition_fn=min_cut_rematerialization_partition)
-    with fconfig.patch(activation_memory_budget=budget, activation_memory_budget_solver=solver):
+    with contextlib.ExitStack() as stack:
+        for patch in patches:
+            stack.enter_context(patch)
         step = torch.compile(Step(), backend=backend, fullgraph=True, dynamic=False)
 
         def run():
@@ -272,9 +269,26 @@ def torch_point(name: str, args, budget: float, solver: str) -> dict:
         model.zero_grad(set_to_none=True)
         peak, _ = measure_peak(run)
         cpu = _cpu_seconds(run)
+    return dict(peak=int(peak), cpu_s=cpu, compile_s=compile_s), step, (model, inputs, targets)
+
+
+def torch_point(name: str, args, budget: float, solver: str) -> dict:
+    import torch._functorch.config as fconfig
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._dynamo.backends.debugging import boxed_nop
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    graphs = []
+
+    def keep(gm, example_inputs):
+        graphs.append(gm)
+        return boxed_nop(gm, example_inputs)
+
+    backend = aot_autograd(fw_compiler=keep, bw_compiler=keep, partition_fn=min_cut_rematerialization_partition)
+    measures, _, _ = compiled_step(name, args, backend, [fconfig.patch(activation_memory_budget=budget,
+                                                                         activation_memory_budget_solver=solver)])
     flops, cost = graph_flops(*graphs)
-    return dict(who="pytorch", budget=budget, solver=solver, peak=int(peak), flops=flops, cost=cost, cpu_s=cpu,
-                compile_s=compile_s, graphs=len(graphs))
+    return dict(who="pytorch", budget=budget, solver=solver, **measures, flops=flops, cost=cost, graphs=len(graphs))
 
 
 def eager_point(name: str, args, checkpointed: bool = False) -> dict:
@@ -391,10 +405,10 @@ def _child(args) -> int:
     return 0
 
 
-def run_model(name: str, args, save) -> list[dict]:
+def start_rows(name: str, args, save) -> tuple[list, Callable]:
+    """One model's rows, the first its setup (model, sizes, seed, versions, UTC time, load), and
+    the function that adds a row (printed as JSON and saved with ``save(rows)``)."""
     import torch
-
-    from memopt.adapters import training, training_plan
 
     spec = MODELS[name]
     setup = dict(model=name, batch=args.batch or spec.batch, size=args.size or spec.size, seed=args.seed,
@@ -405,6 +419,15 @@ def run_model(name: str, args, save) -> list[dict]:
         rows.append(dict(model=name, **row))
         print(json.dumps(rows[-1]), flush=True)
         save(rows)
+
+    return rows, add
+
+
+def run_model(name: str, args, save) -> list[dict]:
+    from memopt.adapters import training, training_plan
+
+    rows, add = start_rows(name, args, save)
+    setup = rows[0]
 
     if args.baselines_from:
         # the eager, block-checkpoint and PyTorch rows of an earlier run of the same model and

@@ -81,3 +81,17 @@ def assert_step_is_eager(rep, model, x, labels):
     for (name, b), (_, c) in zip(model.named_buffers(), reference.named_buffers()):
         assert torch.equal(b, c), name
     return reference
+
+
+def train_remat_json(tmp_path, monkeypatch, capsys, factory: str, layers: str, argv: list) -> dict:
+    """``memopt train-remat MODULE:FACTORY ... --json`` on a factory written to ``tmp_path``
+    (``def FACTORY(): return torch.nn.Sequential(<layers>)``): exit 0 and the one JSON object."""
+    import json
+
+    from memopt.cli import main
+
+    module, name = factory.split(":")
+    (tmp_path / f"{module}.py").write_text(f"import torch\n\n\ndef {name}():\n    return torch.nn.Sequential({layers})\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert main(["train-remat", factory, *argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)

@@ -27,7 +27,7 @@ from memopt.adapters.training_plan import BARRIER  # noqa: E402
 from memopt.cli import main  # noqa: E402
 from memopt.errors import OptionError  # noqa: E402
 from memopt.remat import check_plan, plan_from_runs  # noqa: E402
-from _torch_models import CNN, MLP, ResidualMLP  # noqa: E402
+from _torch_models import CNN, MLP, ResidualMLP, train_remat_json  # noqa: E402
 
 CE = torch.nn.functional.cross_entropy
 
@@ -210,16 +210,10 @@ def test_bad_realization_options_are_refused(kwargs, words):
 
 
 def test_cli_realize_sac_prints_one_json_object(tmp_path, monkeypatch, capsys):
-    import json
-
-    (tmp_path / "tiny_res.py").write_text("import torch\n\n"
-                                          "def mlp():\n"
-                                          "    return torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.GELU(),\n"
-                                          "                               torch.nn.Linear(64, 10))\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    assert main(["train-remat", "tiny_res:mlp", "--input-shape", "32,16", "--loss", "cross-entropy",
-                 "--cost-budget", "1000000000", "--time-limit", "5", "--realize", "sac", "--json"]) == 0
-    doc = json.loads(capsys.readouterr().out)
+    doc = train_remat_json(tmp_path, monkeypatch, capsys, "tiny_res:mlp",
+                           "torch.nn.Linear(16, 64), torch.nn.GELU(), torch.nn.Linear(64, 10)",
+                           ["--input-shape", "32,16", "--loss", "cross-entropy", "--cost-budget", "1000000000",
+                            "--time-limit", "5", "--realize", "sac"])
     assert doc["realize"] == "sac" and doc["blocks"] == ["0", "1", "2"] and doc["status"] == "feasible"
     assert doc["extra_flops"] <= doc["cost_budget"]
     # this step's plain eager run is itself off its model (autograd's engine); the plan adds nothing

@@ -14,6 +14,10 @@ CompositeImplicitAutograd operators such as ``linear`` are decomposed, as in eag
 is one operator call that selective activation checkpointing's ``policy_fn`` sees, and the
 FLOP formulas of ``torch.utils.flop_counter`` (registered on those operators, convolution
 backward included) apply directly; core ATen would split each into several smaller nodes.
+``capture(..., decompositions="inductor")`` captures with Inductor's decomposition table
+instead: the joint graph Inductor's AOTAutograd partitions, which a plan must be made on to be
+compiled by Inductor (normalizations and losses become their element-wise parts; convolutions,
+matrix products and attention stay, so the FLOP formulas still count them).
 
 The graph is functionalized: in-place operators of the model (``ReLU(inplace=True)``,
 ``x.add_(y)``) appear as their out-of-place form, and the memory modelled (and measured) is
@@ -63,7 +67,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from memopt.core import Op, Tensor, TensorGraph
-from memopt.errors import InternalError, MemoptError
+from memopt.errors import InternalError, MemoptError, OptionError
 from memopt._optional import import_torch
 
 __all__ = ["capture", "measure", "transients", "TrainingGraph", "Measurement", "TrainingCaptureError", "op_flops",
@@ -220,6 +224,11 @@ class TrainingGraph:
         New-value tensor name -> buffer (or input) name it is written to.
     views : dict
         View tensor name -> the tensor owning its storage (its base; sizes 0 and > 0).
+    seed : str or None
+        The op making the backward's seed (the loss's gradient, one): ``ones_like(loss)``, or
+        ``full([], 1)`` in a capture with Inductor's decompositions.
+    decompositions : str or None
+        ``"inductor"``: captured with Inductor's decomposition table (:func:`capture`).
 
     Examples
     --------
@@ -238,6 +247,8 @@ class TrainingGraph:
     gradients: dict
     buffer_updates: dict
     views: dict = field(default_factory=dict)
+    seed: str | None = None
+    decompositions: str | None = None
     _tensors: tuple = field(default=(), repr=False)
     _ops: tuple = field(default=(), repr=False)
 
@@ -311,7 +322,8 @@ def _storage_key(val):
     return StorageWeakRef(val.untyped_storage())
 
 
-def capture(model, inputs, loss_fn: Callable | None = None, *, targets=(), name: str | None = None) -> TrainingGraph:
+def capture(model, inputs, loss_fn: Callable | None = None, *, targets=(), name: str | None = None,
+            decompositions: str | None = None) -> TrainingGraph:
     """Capture one training step of ``model`` as AOTAutograd's joint forward + backward graph.
 
     Parameters
@@ -329,6 +341,12 @@ def capture(model, inputs, loss_fn: Callable | None = None, *, targets=(), name:
         Extra step inputs given to ``loss_fn`` only (labels); resident like the inputs.
     name : str, optional
         The graph's name (default: the model's class name).
+    decompositions : str, optional
+        ``None`` (default): the ATen operators as the eager step dispatches them (what the
+        eager realizations run). ``"inductor"``: decomposed with Inductor's table
+        (``torch._inductor.decomposition.select_decomp_table()``), the joint graph
+        ``torch.compile`` hands a partitioner when AOTAutograd decomposes for Inductor, so that
+        a plan of it can be compiled by Inductor (``plan(..., compiled="inductor")``).
 
     Returns
     -------
@@ -352,9 +370,14 @@ def capture(model, inputs, loss_fn: Callable | None = None, *, targets=(), name:
 
     inputs = (inputs,) if isinstance(inputs, torch.Tensor) else tuple(inputs)
     targets = (targets,) if isinstance(targets, torch.Tensor) else tuple(targets)
+    tables = {None: lambda: None, "inductor": _inductor_decompositions}
+    if decompositions not in tables:
+        raise OptionError(f"decompositions must be None or 'inductor', got {decompositions!r}")
+    table = tables[decompositions]()
     step = _LossStep(model, loss_fn, len(targets))
     try:
-        gm, sig = aot_export_module(step, inputs + targets, trace_joint=True, output_loss_index=0)
+        gm, sig = aot_export_module(step, inputs + targets, trace_joint=True, output_loss_index=0,
+                                    decompositions=table)
     except TrainingCaptureError:
         raise
     except Exception as exc:  # noqa: BLE001 - torch raises many types; each becomes one line
@@ -376,8 +399,34 @@ def capture(model, inputs, loss_fn: Callable | None = None, *, targets=(), name:
             raise InternalError("training-placeholder", f"joint graph input {n.name!r} is neither a parameter, "
                                                         "a buffer nor a user input")
     updates = {**sig.buffers_to_mutate, **sig.user_inputs_to_mutate}
-    return _to_tensor_graph(gm, args, sig.user_outputs[0], dict(sig.backward_signature.gradients_to_parameters),
-                            updates, name or type(model).__name__)
+    tg = _to_tensor_graph(gm, args, sig.user_outputs[0], dict(sig.backward_signature.gradients_to_parameters),
+                          updates, name or type(model).__name__)
+    return dataclasses.replace(tg, seed=_seed_op(gm, sig.user_outputs[0]), decompositions=decompositions)
+
+
+def _inductor_decompositions() -> dict:
+    import importlib
+
+    importlib.import_module("torch._inductor.lowering")  # some decompositions consult Inductor's lowerings
+    from torch._inductor.decomposition import select_decomp_table
+
+    return select_decomp_table()
+
+
+def _seed_op(gm, loss: str) -> str:
+    """The op making the backward's seed: AOTAutograd traces ``ones_like`` of the loss (or of a
+    view of it) right after the forward (``full([], 1)`` once decomposed); the first such call
+    after the loss."""
+    torch = _torch()
+    aten = torch.ops.aten
+    nodes = list(gm.graph.nodes)
+    at = next(i for i, n in enumerate(nodes) if n.name == loss)
+    for n in nodes[at + 1:]:
+        if n.target is aten.ones_like.default and tuple(n.meta["val"].shape) == ():
+            return n.name
+        if n.target is aten.full.default and list(n.args[0]) == [] and n.args[1] == 1:
+            return n.name
+    raise InternalError("training-seed", f"no seed of the loss {loss!r} (ones_like or full([], 1)) in the joint graph")
 
 
 _INPLACE_SAVED = re.compile(r"output (\d+) of (\w+)")

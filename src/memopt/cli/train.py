@@ -15,6 +15,7 @@ from memopt.errors import OptionError
 
 _LOSSES = ("sum", "cross-entropy")
 _REALIZE = ("fx", "sac")
+_COMPILE = {"none": False, "eager": True, "inductor": "inductor"}
 
 
 def register(sub) -> None:
@@ -43,6 +44,10 @@ def register(sub) -> None:
     t.add_argument("--blocks", metavar="NAME,NAME", default=None,
                    help="--realize sac: the submodules to checkpoint (default: the model's children, containers "
                         "opened)")
+    t.add_argument("--compile", choices=_COMPILE, default="none",
+                   help="also run the plan under torch.compile and measure that step: eager (the two programs "
+                        "run eagerly, as aot_eager) or inductor (captured with Inductor's decompositions, both "
+                        "programs compiled by Inductor and ordered by memopt's scheduler pass); --realize fx only")
     t.add_argument("--no-measure", action="store_true", help="do not run and measure the planned step")
     t.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
     t.set_defaults(func=cmd_train_remat)
@@ -117,10 +122,17 @@ def cmd_train_remat(args) -> int:
         blocks = [b.strip() for b in str(args.blocks).split(",") if b.strip()]
         if not blocks:
             raise OptionError(f"--blocks {opt.show(args.blocks)} names no submodule")
+    compiled = _COMPILE[args.compile]
+    if compiled and args.realize != "fx":
+        raise OptionError(f"--compile {args.compile} runs the plan's two programs: --realize fx")
     rep = training.plan(model, inputs, loss_fn, targets=targets, time_limit=tl, measure_step=not args.no_measure,
-                        seed=args.seed, realize=args.realize, blocks=blocks, **kw)
+                        seed=args.seed, realize=args.realize, blocks=blocks, compiled=compiled, **kw)
     d = rep.to_dict()
     d["model"] = args.factory
+    cp = None
+    if compiled and not args.no_measure and rep.modelled_peak is not None:
+        cp = rep.measure_compiled(rep.compile(), *inputs, *targets)
+        d["compiled"] = dict(cp.to_dict(), backend=args.compile)
     if args.json:
         write_json(d)
         return 0
@@ -142,6 +154,9 @@ def cmd_train_remat(args) -> int:
             ["saved", str(len(rep.saved)), "forward values kept for the backward"],
             ["recomputed", str(len(rep.recomputed)), ", ".join(rep.recomputed[:8])
              + (" ..." if len(rep.recomputed) > 8 else "")]]
+    if cp is not None:
+        rows.append(["compiled peak", fmt_bytes(cp.peak), f"measured under torch.compile ({args.compile}): "
+                     + ", ".join(f"{c} {b:+d} B" for c, b in cp.differences)])
     print_table(rows, align="lrl")
     return 0
 

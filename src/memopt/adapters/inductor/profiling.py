@@ -68,11 +68,46 @@ def marked_peaks(prof) -> dict:
     return peaks
 
 
+def marked_levels(prof) -> dict:
+    """``{i: (start, peak)}`` of every ``memopt#<i>`` record function of a finished profiler
+    run, both relative to what was allocated when the run's first allocation event happened:
+    ``start`` what was allocated when the span began, ``peak`` the most allocated during it
+    (at least ``start``). Events belong to spans by start time, as in :func:`marked_peaks`."""
+    import bisect
+
+    events, spans = _timed_alloc_events(prof)
+    if not events:
+        return {i: (0, 0) for i in spans}
+    base = events[0][3] - events[0][2]
+    times = [e[0] for e in events]
+    out = {}
+    for i, (start, end) in spans.items():
+        lo, hi = bisect.bisect_left(times, start), bisect.bisect_right(times, end)
+        level = (events[lo - 1][3] if lo > 0 else base) - base
+        out[i] = (level, max([level] + [total - base for _, _, _, total in events[lo:hi]]))
+    return out
+
+
+@contextlib.contextmanager
 def _profile():
+    """A CPU memory profiler (``with _profile() as prof``) with Python's cyclic garbage
+    collector run before and off during the run: a collection the collector starts mid-run
+    (when its allocation count, which all earlier work in the process moves, crosses its
+    threshold) frees unrelated tensors and lowers a measured peak by their bytes."""
+    import gc
+
     _torch()
     from torch.profiler import ProfilerActivity, profile
 
-    return profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+    gc.collect()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            yield prof
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def measure_peak(fn: Callable[[], Any]) -> tuple[int, Any]:
