@@ -89,10 +89,14 @@ def stock_point(name: str, args, budget: float, ref=None, layout: bool = True) -
     def backend(gm, example_inputs):
         return compile_fx(gm, example_inputs, inner_compile=keep)
 
-    patches = [fconfig.patch(activation_memory_budget=budget), torch._inductor.config.patch(layout_optimization=layout)]
+    # no compile caches: a program served from one is never handed to ``keep`` (no FLOPs counted)
+    patches = [fconfig.patch(activation_memory_budget=budget, enable_autograd_cache=False),
+               torch._inductor.config.patch(layout_optimization=layout, fx_graph_cache=False)]
     measures, step, (model, inputs, targets) = compiled_step(name, args, backend, patches)
     with patches[0], patches[1]:
         got = _seeded_step(step, model, inputs, targets, args.seed)
+    if len(graphs) != 2:
+        raise RuntimeError(f"Inductor compiled {len(graphs)} programs, expected a forward and a backward")
     flops, _ = graph_flops(*graphs)
     row = dict(who="inductor", budget=budget, layout_optimization=layout, **measures, flops=flops, graphs=len(graphs))
     if ref is not None:
@@ -118,7 +122,8 @@ def memopt_point(name: str, tg, args, joint_flops: int, ref, **question) -> dict
         return point
     step = rep.compile()
     t0 = time.perf_counter()
-    cp = rep.measure_compiled(step, *inputs, *targets)   # its warm-up step compiles
+    with torch._inductor.config.patch(fx_graph_cache=False):   # so that the scheduler pass runs
+        cp = rep.measure_compiled(step, *inputs, *targets)   # its warm-up step compiles
     point["compile_and_two_steps_s"] = time.perf_counter() - t0
     flops, _ = graph_flops(rep._programs.forward, rep._programs.backward)
 
