@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import os
 import sys
 import time
@@ -45,8 +44,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from train_remat import MODELS, _cpu_seconds, _fresh, _load, _num, _utc, compiled_step, graph_flops, loss_fn, \
-    start_rows  # noqa: E402
+from train_remat import _cpu_seconds, _fresh, _load, _num, _utc, compiled_step, each_model, each_table, graph_flops, \
+    loss_fn, model_arguments, start_rows  # noqa: E402
 
 BUDGETS = (1.0, 0.5)
 RATIOS = (0.9, 0.7)
@@ -213,34 +212,15 @@ def table(rows: list[dict]) -> str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--models", nargs="+", default=["vit"], choices=sorted(MODELS))
-    p.add_argument("--batch", type=int, help="default: the model's (train_remat.MODELS)")
-    p.add_argument("--size", type=int, help="image side or sequence length; default: the model's")
-    p.add_argument("--time-limit", type=float, default=30.0)
-    p.add_argument("--budgets", type=float, nargs="+", default=list(BUDGETS))
-    p.add_argument("--ratios", type=float, nargs="*", default=list(RATIOS))
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out-dir", default=".")
-    p.add_argument("--table", nargs="+", metavar="JSON", help="print the tables of finished runs")
+    model_arguments(p, default_model="vit", time_limit=30.0, budgets=BUDGETS, ratios=RATIOS)
     args = p.parse_args(argv)
     if args.table:
-        for path in args.table:
-            with open(path) as f:
-                rows = json.load(f)
-            print(f"### {rows[0]['model']}\n\n{table(rows)}\n")
+        each_table(args.table, table)
         return 0
     import torch
 
     torch.set_num_threads(1)
-    os.makedirs(args.out_dir, exist_ok=True)
-    for name in args.models:
-        path = os.path.join(args.out_dir, f"{name}.json")
-
-        def save(rows, path=path):
-            with open(path, "w") as f:
-                json.dump(rows, f, indent=1)
-
-        print(table(run_model(name, args, save)), flush=True)
+    each_model(args, run_model, table)
     return 0
 
 

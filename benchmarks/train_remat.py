@@ -645,37 +645,33 @@ def plot(rows: list[dict], path: str) -> None:
     plt.close(fig)
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--models", nargs="+", default=["resnet18"], choices=sorted(MODELS))
-    p.add_argument("--batch", type=int, help="default: the model's (MODELS)")
+def model_arguments(p, *, default_model: str, time_limit: float, budgets, ratios) -> None:
+    """The options every training-step benchmark takes: models, sizes, time limit, budgets,
+    ratios, seed, output folder, and ``--table`` of finished runs."""
+    p.add_argument("--models", nargs="+", default=[default_model], choices=sorted(MODELS))
+    p.add_argument("--batch", type=int, help="default: the model's (train_remat.MODELS)")
     p.add_argument("--size", type=int, help="image side or sequence length; default: the model's")
-    p.add_argument("--time-limit", type=float, default=60.0)
-    p.add_argument("--budgets", type=float, nargs="+", default=list(BUDGETS))
-    p.add_argument("--solvers", nargs="+", default=list(SOLVERS))
-    p.add_argument("--ratios", type=float, nargs="*", default=list(RATIOS))
+    p.add_argument("--time-limit", type=float, default=time_limit)
+    p.add_argument("--budgets", type=float, nargs="+", default=list(budgets))
+    p.add_argument("--ratios", type=float, nargs="*", default=list(ratios))
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out-dir", default=".", help="one JSON per model: DIR/<model>.json")
-    p.add_argument("--baselines-from", metavar="DIR", help="take the eager, block-checkpoint and PyTorch rows "
-                   "from DIR/<model>.json of an earlier run with the same settings; measure memopt only")
-    p.add_argument("--plot", metavar="DIR", help="a Pareto plot per model: DIR/train_remat_<model>.png")
-    p.add_argument("--table", nargs="+", metavar="JSON", help="print the tables of finished runs (and --plot)")
-    p.add_argument("--torch-points", nargs="+", help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
-    if args.table:
-        for path in args.table:
-            with open(path) as f:
-                rows = json.load(f)
-            print(f"### {rows[0]['model']}\n\n{table(rows)}\n")
-            if args.plot:
-                os.makedirs(args.plot, exist_ok=True)
-                plot(rows, os.path.join(args.plot, f"train_remat_{rows[0]['model']}.png"))
-        return 0
-    import torch
+    p.add_argument("--table", nargs="+", metavar="JSON", help="print the tables of finished runs")
 
-    torch.set_num_threads(1)
-    if args.torch_points:
-        return _child(args)
+
+def each_table(paths, table, then=None) -> None:
+    """Print ``table(rows)`` of each finished run's JSON; ``then(name, rows)`` after each."""
+    for path in paths:
+        with open(path) as f:
+            rows = json.load(f)
+        print(f"### {rows[0]['model']}\n\n{table(rows)}\n")
+        if then is not None:
+            then(rows[0]["model"], rows)
+
+
+def each_model(args, run_model, table, then=None) -> None:
+    """``run_model(name, args, save)`` for each of ``args.models``, its rows saved to
+    ``args.out_dir/<name>.json`` after every row, its table printed; ``then(name, rows)`` after."""
     os.makedirs(args.out_dir, exist_ok=True)
     for name in args.models:
         path = os.path.join(args.out_dir, f"{name}.json")
@@ -686,9 +682,35 @@ def main(argv=None) -> int:
 
         rows = run_model(name, args, save)
         print(table(rows), flush=True)
+        if then is not None:
+            then(name, rows)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    model_arguments(p, default_model="resnet18", time_limit=60.0, budgets=BUDGETS, ratios=RATIOS)
+    p.add_argument("--solvers", nargs="+", default=list(SOLVERS))
+    p.add_argument("--baselines-from", metavar="DIR", help="take the eager, block-checkpoint and PyTorch rows "
+                   "from DIR/<model>.json of an earlier run with the same settings; measure memopt only")
+    p.add_argument("--plot", metavar="DIR", help="a Pareto plot per model: DIR/train_remat_<model>.png (with "
+                   "--table too)")
+    p.add_argument("--torch-points", nargs="+", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+
+    def plot_to_dir(name, rows):
         if args.plot:
             os.makedirs(args.plot, exist_ok=True)
             plot(rows, os.path.join(args.plot, f"train_remat_{name}.png"))
+
+    if args.table:
+        each_table(args.table, table, plot_to_dir)
+        return 0
+    import torch
+
+    torch.set_num_threads(1)
+    if args.torch_points:
+        return _child(args)
+    each_model(args, run_model, table, plot_to_dir)
     return 0
 
 

@@ -559,9 +559,9 @@ class TrainingPlan:
         def step(*args):
             return _loss_of(model(*args[:k]), loss_fn, torch, args[k:])
 
-        # a code object of its own: Dynamo keeps its compiled entries on the code object, and
-        # another plan's entry (a model of the same structure, another backend) can pass the
-        # guards, so that this step would run that plan's programs
+        # a code object of its own: Dynamo keeps its compiled entries on the code object, so a
+        # shared one counts every plan's compile against Dynamo's recompile limit, past which
+        # the step runs eagerly, without the plan
         step.__code__ = step.__code__.replace()
 
         # static shapes: the plan is for the planned ones (Dynamo would otherwise recompile with
@@ -594,13 +594,17 @@ class TrainingPlan:
         (_, fw_peak), (handover, bw_peak) = levels[0], levels[1]
         model = self.modelled_phases()
         measured = (fw_peak, handover, bw_peak - handover)
+
+        def step_peak(phases):
+            return max(phases[0], phases[1] + phases[2])
+
         current = list(model)
         items = []
         for k, cause in enumerate(CompiledPeak.CAUSES):
-            before = max(current[0], current[1] + current[2])
+            before = step_peak(current)
             current[k] = measured[k]
-            items.append((cause, max(current[0], current[1] + current[2]) - before))
-        items.append(("unattributed", peak - max(current[0], current[1] + current[2])))
+            items.append((cause, step_peak(current) - before))
+        items.append(("unattributed", peak - step_peak(current)))
         return CompiledPeak(peak=int(peak), modelled_peak=self.modelled_peak, phases=tuple(int(x) for x in measured),
                             modelled_phases=model, differences=tuple(items), loss=loss.detach(),
                             pass_decisions=tuple(self._pass_decisions[-2:]))
@@ -767,14 +771,13 @@ def plan(model, inputs, loss_fn: Callable | None = None, *, targets=(), memory_l
     if compiled not in (False, True, "inductor"):
         raise OptionError(f"compiled must be False, True or 'inductor', got {compiled!r}")
     decompositions = "inductor" if compiled == "inductor" else None
-    if decompositions is not None and realize != "fx":
-        raise OptionError(f"compiled='inductor' plans the decomposed step, which realize={realize!r} cannot run "
-                          "(its checkpoints see the eager operators): use realize='fx'")
     if captured is not None and decompositions is not None and captured.decompositions != decompositions:
         raise OptionError("compiled='inductor' needs a capture with Inductor's decompositions: "
                           "capture(..., decompositions='inductor')")
-    if captured is not None and captured.decompositions is not None and realize != "fx":
-        raise OptionError(f"a capture with {captured.decompositions}'s decompositions is realized by realize='fx' only")
+    decomposed = captured.decompositions if captured is not None else decompositions
+    if decomposed is not None and realize != "fx":
+        raise OptionError(f"a step captured with {decomposed}'s decompositions is realized by realize='fx' only "
+                          f"(the checkpoints of realize={realize!r} see the eager operators)")
     t0 = time.perf_counter()
     clock = Clock(time_limit, shares=SHARES)
     inputs = (inputs,) if isinstance(inputs, torch.Tensor) else tuple(inputs)
@@ -1172,13 +1175,11 @@ def _partition(rep: "TrainingPlan", joint, num_fwd_outputs: int):
     # one under each of its names (its gradients are summed: one input of Dynamo's)
     param_of = [name for name, _ in rep._model.named_parameters(prefix="model", remove_duplicate=False)]
     tname_of = {v: t for t, v in tg.gradients.items()}
-    tied_to: dict = {}
-    for j, a in enumerate(tg.args[:len(param_of)]):
-        tied_to.setdefault(id(a), []).append(j)
     outs = []
     for i, g in enumerate(j_out[num_fwd_outputs:]):
-        parts = [] if g is None else [grads[grad_at[tname_of[param_of[j]]]] for j in tied_to[id(tg.args[order[i]])]
-                                      if param_of[j] in tname_of]
+        # order[i] is the first captured input of its tensor (_match_joint maps primals there)
+        parts = [] if g is None else [grads[grad_at[tname_of[param_of[j]]]] for j in range(len(param_of))
+                                      if canon_of[j] == order[i] and param_of[j] in tname_of]
         while len(parts) > 1:
             parts[:2] = [bw_graph.call_function(torch.ops.aten.add.Tensor, tuple(parts[:2]))]
         outs.append(parts[0] if parts else None)

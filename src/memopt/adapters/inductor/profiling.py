@@ -57,22 +57,15 @@ def marked_peaks(prof) -> dict:
     belongs to the span its start time falls in, not to the record function it is nested under
     (an allocation the profiler records on another thread counts too), as it would to a
     profiler started and stopped around the span."""
-    import bisect
-
-    events, spans = _timed_alloc_events(prof)
-    times = [e[0] for e in events]
-    peaks = {}
-    for i, (start, end) in spans.items():
-        lo, hi = bisect.bisect_left(times, start), bisect.bisect_right(times, end)
-        peaks[i] = _peak([(None, size, total) for _, _, size, total in events[lo:hi]])
-    return peaks
+    return {i: peak - start for i, (start, peak) in marked_levels(prof).items()}
 
 
 def marked_levels(prof) -> dict:
     """``{i: (start, peak)}`` of every ``memopt#<i>`` record function of a finished profiler
     run, both relative to what was allocated when the run's first allocation event happened:
-    ``start`` what was allocated when the span began, ``peak`` the most allocated during it
-    (at least ``start``). Events belong to spans by start time, as in :func:`marked_peaks`."""
+    ``start`` what was allocated when the span began (just before its first allocation event:
+    the allocator's chain makes the two the same), ``peak`` the most allocated during it (at
+    least ``start``). Events belong to spans by start time, as in :func:`marked_peaks`."""
     import bisect
 
     events, spans = _timed_alloc_events(prof)
