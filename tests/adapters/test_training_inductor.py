@@ -184,3 +184,6 @@ def test_each_compiled_step_runs_its_own_plan_after_other_compiles_of_the_same_m
         planned = rep.compile()
         cp = rep.measure_compiled(planned, x, labels)
     assert dict(cp.differences)["forward program"] == dict(cp.differences)["backward program"] == 0
+    # a step of another plan (here the same plan's copy, its own counters) is refused
+    with pytest.raises(OptionError, match="did not run this plan's two programs"):
+        dataclasses.replace(rep, _program_runs=[0, 0]).measure_compiled(planned, x, labels)

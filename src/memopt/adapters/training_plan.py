@@ -427,6 +427,7 @@ class TrainingPlan:
     _loss_fn: Any = field(repr=False, default=None)
     _n_inputs: int = field(repr=False, default=0)
     _pass_decisions: list = field(repr=False, default_factory=list)
+    _program_runs: list = field(repr=False, default_factory=lambda: [0, 0])   # forward, backward calls
 
     def to_dict(self) -> dict:
         """JSON-ready fields (exact numbers: a Fraction as ``"p/q"``)."""
@@ -532,11 +533,13 @@ class TrainingPlan:
         if self.capture.decompositions == "inductor":
             from memopt.adapters.training import _inductor_decompositions
 
-            return aot_autograd(fw_compiler=_marked(_inductor_compiler(False, self._pass_decisions), 0),
-                                bw_compiler=_marked(_inductor_compiler(True, self._pass_decisions), 1),
+            return aot_autograd(fw_compiler=_marked(_inductor_compiler(False, self._pass_decisions), 0,
+                                                    self._program_runs),
+                                bw_compiler=_marked(_inductor_compiler(True, self._pass_decisions), 1,
+                                                    self._program_runs),
                                 partition_fn=partition, decompositions=_inductor_decompositions())
-        return aot_autograd(fw_compiler=_marked(boxed_nop, 0), bw_compiler=_marked(boxed_nop, 1),
-                            partition_fn=partition)
+        return aot_autograd(fw_compiler=_marked(boxed_nop, 0, self._program_runs),
+                            bw_compiler=_marked(boxed_nop, 1, self._program_runs), partition_fn=partition)
 
     def compile(self, backend=None):
         """The step's loss as a ``torch.compile`` d function of the inputs then the targets:
@@ -583,14 +586,15 @@ class TrainingPlan:
         self._need_plan()
         step(*inputs).backward()
         self._model.zero_grad(set_to_none=True)
+        runs = list(self._program_runs)
         with _profile() as prof:
             loss = step(*inputs)
             loss.backward()
         peak = _peak(_alloc_events(prof))
         levels = marked_levels(prof)
-        if set(levels) != {0, 1}:
-            raise OptionError("the step ran no program of this plan's backend (marked spans "
-                              f"{sorted(levels)}): measure a step compiled by TrainingPlan.compile()")
+        if set(levels) != {0, 1} or [b - a for a, b in zip(runs, self._program_runs)] != [1, 1]:
+            raise OptionError("the step did not run this plan's two programs once each (marked spans "
+                              f"{sorted(levels)}): measure a step compiled by this plan's compile()")
         (_, fw_peak), (handover, bw_peak) = levels[0], levels[1]
         model = self.modelled_phases()
         measured = (fw_peak, handover, bw_peak - handover)
@@ -942,9 +946,10 @@ class CompiledPeak:
                 "differences": [{"cause": c, "bytes": b} for c, b in self.differences]}
 
 
-def _marked(compiler, index: int):
+def _marked(compiler, index: int, runs: list):
     """``compiler``'s program run inside the record function ``memopt#<index>`` (0: forward,
-    1: backward), so that a profiled step finds each program's span
+    1: backward), so that a profiled step finds each program's span, and counted in
+    ``runs[index]``, so that a step of another plan is told apart
     (:meth:`TrainingPlan.measure_compiled`); boxed, as AOTAutograd calls it."""
     def compile_marked(gm, example_inputs):
         from torch._functorch._aot_autograd.utils import make_boxed_func
@@ -956,6 +961,7 @@ def _marked(compiler, index: int):
         tag = f"memopt#{index}"
 
         def run(args):
+            runs[index] += 1
             with record_function(tag):
                 return program(args)
 
